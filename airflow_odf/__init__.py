@@ -1,0 +1,1 @@
+"""Apache Airflow provider for Open Data Fabric pipelines on PySpark."""

@@ -1,0 +1,40 @@
+"""Errors of the ODF core. Each names where the problem is and what was expected, never a bare traceback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class OdfError(Exception):
+    """Base of every error the ODF core raises on bad input or a broken invariant."""
+
+
+class OdfFormatError(OdfError, ValueError):
+    """A value does not have the expected textual or binary form (multihash, DID, timestamp, ...)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem in an input: `path` to the field (e.g. `content.metadata[1].merge.primaryKey`)."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ManifestError(OdfError):
+    """A YAML manifest is invalid; carries every problem found, each with its field path."""
+
+    def __init__(self, source: str, problems: list[Problem]) -> None:
+        self.source = source
+        self.problems = problems
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        return [f"{self.source}: {p}" for p in self.problems]
+
+
+class BlockDecodeError(OdfError):
+    """A block file is not a valid ODF metadata block (corrupt, truncated or of another kind)."""
