@@ -13,13 +13,14 @@ naming the field where decoding failed.
 
 from __future__ import annotations
 
+import functools
 import json
 import struct
 from typing import Any
 
 from airflow_odf.odf import model
 from airflow_odf.odf.errors import BlockDecodeError, OdfFormatError
-from airflow_odf.odf.model_schema import FieldSpec, Kind, TypeSpec, UnionSpec, fields_of
+from airflow_odf.odf.model_schema import Kind, TypeSpec, UnionSpec, fields_of
 from airflow_odf.odf.multiformats import ODF_METADATA_BLOCK, DatasetId, Multihash
 from airflow_odf.odf.timestamps import Timestamp
 
@@ -28,56 +29,68 @@ BLOCK_VERSION = 3
 READABLE_VERSIONS = (2, 3)
 
 _SIZES = {"B": 1, "b": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "Q": 8, "?": 1}
+_STRUCTS = {fmt: struct.Struct("<" + fmt) for fmt in _SIZES}
+_U32, _I32, _HH = _STRUCTS["I"], _STRUCTS["i"], struct.Struct("<HH")
+_ZEROS = [bytes(n) for n in range(16)]
 _TIMESTAMP = struct.Struct("<iHHII")
 _MAX_DEPTH = 64
 
 
-class _Builder:
-    """Back-to-front buffer builder with the reference's alignment, vtable and offset rules."""
+@functools.cache
+def _vtable_struct(entries: int) -> struct.Struct:
+    return struct.Struct(f"<{entries}H")
 
-    def __init__(self, capacity: int = 1024) -> None:
-        self.buf = bytearray(capacity)
-        self.head = capacity
+
+class _Builder:
+    """Back-to-front buffer builder with the reference's alignment, vtable and offset rules.
+
+    Positions are "used sizes" counted from the end of the buffer, as in the reference builder;
+    prepended pieces are collected in a list and joined once at `finish`.
+    """
+
+    __slots__ = ("chunks", "fields", "min_align", "size", "table_start", "vtables")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
         self.min_align = 1
         self.vtables: dict[bytes, int] = {}
         self.fields: list[tuple[int, int]] = []
         self.table_start = 0
 
-    def used(self) -> int:
-        return len(self.buf) - self.head
-
-    def _reserve(self, size: int) -> None:
-        if self.head < size:
-            old = len(self.buf)
-            grown = bytearray(max(old, size) * 2)
-            grown[len(grown) - old :] = self.buf
-            self.head += len(grown) - old
-            self.buf = grown
-
     def align(self, size: int, alignment: int) -> None:
         if alignment > self.min_align:
             self.min_align = alignment
-        pad = -(self.used() + size) % alignment
+        pad = -(self.size + size) & (alignment - 1)
         if pad:
-            self._reserve(pad)
-            self.head -= pad  # fresh buffer space is zero
+            self.chunks.append(_ZEROS[pad])
+            self.size += pad
 
     def prepend(self, data: bytes) -> None:
-        self._reserve(len(data))
-        self.head -= len(data)
-        self.buf[self.head : self.head + len(data)] = data
+        self.chunks.append(data)
+        self.size += len(data)
 
     def scalar(self, fmt: str, value: int) -> int:
-        size = _SIZES[fmt]
-        self.align(size, size)
-        self._reserve(size)
-        self.head -= size
-        struct.pack_into("<" + fmt, self.buf, self.head, value)
-        return self.used()
+        packer = _STRUCTS[fmt]
+        size = packer.size
+        if size > self.min_align:
+            self.min_align = size
+        pad = -self.size & (size - 1)
+        if pad:
+            self.chunks.append(_ZEROS[pad])
+        self.chunks.append(packer.pack(value))
+        self.size += pad + size
+        return self.size
 
     def uoffset(self, target: int) -> int:
-        self.align(4, 4)
-        return self.scalar("I", self.used() + 4 - target)
+        if self.min_align < 4:
+            self.min_align = 4
+        pad = -self.size & 3
+        if pad:
+            self.chunks.append(_ZEROS[pad])
+        self.size += pad + 4
+        self.chunks.append(_U32.pack(self.size - target))
+        return self.size
 
     def string(self, text: str) -> int:
         data = text.encode()
@@ -93,16 +106,13 @@ class _Builder:
     def offset_vector(self, targets: list[int]) -> int:
         size = 4 * len(targets)
         self.align(size, 4)
-        self._reserve(size)
-        self.head -= size
-        end = self.used()
-        for i, target in enumerate(targets):
-            struct.pack_into("<I", self.buf, self.head + 4 * i, end - 4 * i - target)
+        end = self.size + size
+        self.prepend(b"".join([_U32.pack(end - 4 * i - t) for i, t in enumerate(targets)]))
         return self.scalar("I", len(targets))
 
     def start_table(self) -> None:
         self.fields = []
-        self.table_start = self.used()
+        self.table_start = self.size
 
     def add_scalar(self, slot: int, fmt: str, value: int) -> None:
         self.fields.append((slot, self.scalar(fmt, value)))
@@ -113,28 +123,37 @@ class _Builder:
     def add_struct(self, slot: int, data: bytes) -> None:
         self.align(len(data), 4)
         self.prepend(data)
-        self.fields.append((slot, self.used()))
+        self.fields.append((slot, self.size))
 
     def end_table(self) -> int:
-        table = self.scalar("i", 0)
-        size = max((slot for slot, _ in self.fields), default=2) + 2
-        vtable = bytearray(size)
-        struct.pack_into("<HH", vtable, 0, size, table - self.table_start)
-        for slot, pos in self.fields:
-            struct.pack_into("<H", vtable, slot, table - pos)
-        key = bytes(vtable)
+        """Writes the table's soffset and (unless an identical one exists) its vtable just before it."""
+        pad = -self.size & 3
+        if pad:
+            self.chunks.append(_ZEROS[pad])
+        if self.min_align < 4:
+            self.min_align = 4
+        table = self.size + pad + 4
+        fields = self.fields
+        entries = [0] * (max([slot for slot, _ in fields], default=2) // 2 + 1)
+        vt_size = 2 * len(entries)
+        entries[0] = vt_size
+        entries[1] = table - self.table_start
+        for slot, pos in fields:
+            entries[slot // 2] = table - pos
+        key = _vtable_struct(len(entries)).pack(*entries)
         vt_pos = self.vtables.get(key)
+        self.chunks.append(_I32.pack((vt_pos or table + vt_size) - table))
+        self.size = table
         if vt_pos is None:
+            self.vtables[key] = table + vt_size
             self.prepend(key)
-            vt_pos = self.vtables[key] = self.used()
-        struct.pack_into("<i", self.buf, len(self.buf) - table, vt_pos - table)
         self.fields = []
         return table
 
     def finish(self, root: int) -> bytes:
         self.align(4, self.min_align)
         self.uoffset(root)
-        return bytes(self.buf[self.head :])
+        return b"".join(reversed(self.chunks))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,10 +215,10 @@ def _write_table(b: _Builder, obj: Any) -> int:
     values = [getattr(obj, f.name) for f in specs]
     offsets = [
         None if v is None or f.type.kind in _INLINE else _write_variable(b, f.type, v)
-        for f, v in zip(specs, values)
+        for f, v in zip(specs, values, strict=True)
     ]
     b.start_table()
-    for f, v, off in zip(specs, values, offsets):
+    for f, v, off in zip(specs, values, offsets, strict=True):
         if v is None:
             continue
         kind = f.type.kind
@@ -228,7 +247,7 @@ def encode_table(obj: Any) -> bytes:
 def encode_block(block: model.MetadataBlock) -> bytes:
     """The block file: `Manifest{kind=odf-metadata-block, version=3, content=<MetadataBlock buffer>}`."""
     content = encode_table(block)
-    b = _Builder(len(content) + 64)
+    b = _Builder()
     vector = b.byte_vector(content)
     b.start_table()
     b.add_scalar(4, "q", ODF_METADATA_BLOCK)
@@ -250,63 +269,60 @@ def block_hash(data: bytes) -> Multihash:
 class _Reader:
     """Bounds-checked access to one FlatBuffer."""
 
+    __slots__ = ("buf",)
+
     def __init__(self, buf: bytes) -> None:
         self.buf = buf
 
-    def unpack(self, fmt: str, pos: int) -> int:
-        size = _SIZES[fmt]
-        if pos < 0 or pos + size > len(self.buf):
-            raise OdfFormatError(f"offset {pos} is outside the buffer of {len(self.buf)} bytes")
-        return struct.unpack_from("<" + fmt, self.buf, pos)[0]
+    def unpack(self, packer: struct.Struct, pos: int) -> Any:
+        if pos < 0:
+            raise OdfFormatError(f"offset {pos} is outside the buffer")
+        try:
+            return packer.unpack_from(self.buf, pos)[0]
+        except struct.error:
+            raise OdfFormatError(f"offset {pos} is outside the buffer of {len(self.buf)} bytes") from None
 
     def deref(self, pos: int) -> int:
-        return pos + self.unpack("I", pos)
+        return pos + self.unpack(_U32, pos)
 
     def bytes_at(self, pos: int) -> bytes:
         """A `[ubyte]` vector (or string body) behind the offset at `pos`."""
         start = self.deref(pos)
-        length = self.unpack("I", start)
+        length = self.unpack(_U32, start)
         if start + 4 + length > len(self.buf):
             raise OdfFormatError(f"vector of {length} bytes at {start} runs past the buffer end")
         return self.buf[start + 4 : start + 4 + length]
 
-    def vector_positions(self, pos: int) -> list[int]:
+    def vector_positions(self, pos: int) -> range:
         start = self.deref(pos)
-        count = self.unpack("I", start)
+        count = self.unpack(_U32, start)
         if start + 4 + 4 * count > len(self.buf):
             raise OdfFormatError(f"vector of {count} offsets at {start} runs past the buffer end")
-        return [start + 4 + 4 * i for i in range(count)]
+        return range(start + 4, start + 4 + 4 * count, 4)
 
-    def field_positions(self, table: int, specs: tuple[FieldSpec, ...]) -> tuple[list[int], int]:
-        """Absolute positions of each field (0 = absent) and of the union type tags' slots."""
-        vtable = table - self.unpack("i", table)
-        vt_size = self.unpack("H", vtable)
-        obj_size = self.unpack("H", vtable + 2)
+    def table_fields(self, table: int) -> dict[int, int]:
+        """The present fields of the table at `table`: vtable slot -> absolute position of the value."""
+        vtable = table - self.unpack(_I32, table)
+        if vtable < 0 or vtable + 4 > len(self.buf):
+            raise OdfFormatError(f"vtable position {vtable} is outside the buffer")
+        vt_size, obj_size = _HH.unpack_from(self.buf, vtable)
         if vt_size < 4 or vt_size % 2 or vtable + vt_size > len(self.buf) or table + obj_size > len(self.buf):
             raise OdfFormatError(f"invalid vtable at {vtable}")
-        return [self._slot(table, vtable, vt_size, obj_size, f.slot) for f in specs], vt_size
-
-    def _slot(self, table: int, vtable: int, vt_size: int, obj_size: int, slot: int) -> int:
-        if slot >= vt_size:
-            return 0
-        off = self.unpack("H", vtable + slot)
-        if off and (off < 4 or off >= obj_size):
-            raise OdfFormatError(f"field offset {off} outside its table of {obj_size} bytes")
-        return table + off if off else 0
-
-    def union_type(self, table: int, slot: int) -> int:
-        vtable = table - self.unpack("i", table)
-        vt_size = self.unpack("H", vtable)
-        obj_size = self.unpack("H", vtable + 2)
-        pos = self._slot(table, vtable, vt_size, obj_size, slot)
-        return self.unpack("B", pos) if pos else 0
+        present = {}
+        for i, off in enumerate(struct.unpack_from(f"<{(vt_size - 4) // 2}H", self.buf, vtable + 4)):
+            if off:
+                if off < 4 or off >= obj_size:
+                    raise OdfFormatError(f"field offset {off} outside its table of {obj_size} bytes")
+                present[4 + 2 * i] = table + off
+        return present
 
 
-def _read_union(r: _Reader, spec: UnionSpec, table: int, slot: int, pos: int, path: str, depth: int) -> Any:
-    type_id = r.union_type(table, slot - 2)
+def _read_union(r: _Reader, spec: UnionSpec, fields: dict[int, int], slot: int, path: str, depth: int) -> Any:
+    type_pos = fields.get(slot - 2)
+    type_id = r.unpack(_STRUCTS["B"], type_pos) if type_pos else 0
     if not 1 <= type_id <= len(spec.members):
         raise BlockDecodeError(f"{path}: unknown {spec.name} type id {type_id}")
-    return _read_table(r, spec.members[type_id - 1], r.deref(pos), path, depth + 1)
+    return _read_table(r, spec.members[type_id - 1], r.deref(fields[slot]), path, depth + 1)
 
 
 def _read_value(r: _Reader, t: TypeSpec, pos: int, path: str, depth: int) -> Any:
@@ -320,11 +336,11 @@ def _read_value(r: _Reader, t: TypeSpec, pos: int, path: str, depth: int) -> Any
     if kind is Kind.BYTES:
         return bytes(r.bytes_at(pos))
     if kind is Kind.INT:
-        return r.unpack(t.fmt, pos)
+        return r.unpack(_STRUCTS[t.fmt], pos)
     if kind is Kind.BOOL:
-        return bool(r.unpack("B", pos))
+        return bool(r.unpack(_STRUCTS["B"], pos))
     if kind is Kind.ENUM:
-        raw = r.unpack(t.fmt, pos)
+        raw = r.unpack(_STRUCTS[t.fmt], pos)
         try:
             return t.cls(raw)
         except ValueError:
@@ -337,8 +353,7 @@ def _read_value(r: _Reader, t: TypeSpec, pos: int, path: str, depth: int) -> Any
     if kind is Kind.TABLE:
         return _read_table(r, t.cls, r.deref(pos), path, depth + 1)
     if kind is Kind.EXTRA:
-        table = r.deref(pos)
-        (entries,), _ = r.field_positions(table, _EXTRA_FIELDS)
+        entries = r.table_fields(r.deref(pos)).get(4)
         value = json.loads(bytes(r.bytes_at(entries)).decode()) if entries else {}
         if not isinstance(value, dict):
             raise BlockDecodeError(f"{path}: extra attributes must be a JSON object")
@@ -349,41 +364,36 @@ def _read_value(r: _Reader, t: TypeSpec, pos: int, path: str, depth: int) -> Any
         out = []
         for i, p in enumerate(r.vector_positions(pos)):
             item_path = f"{path}[{i}]"
-            if item.kind is Kind.UNION:
+            if item.kind is Kind.UNION:  # each member sits in a wrapper table `{value: Union}`
                 assert item.union is not None
-                wrapper = r.deref(p)
-                (value_pos,), _ = r.field_positions(wrapper, _WRAPPER_FIELDS)
-                if not value_pos:
+                wrapper = r.table_fields(r.deref(p))
+                if 6 not in wrapper:
                     raise BlockDecodeError(f"{item_path}: missing union value")
-                out.append(_read_union(r, item.union, wrapper, 6, value_pos, item_path, depth))
+                out.append(_read_union(r, item.union, wrapper, 6, item_path, depth))
             else:
                 out.append(_read_value(r, item, p, item_path, depth))
         return out
     raise AssertionError(kind)
 
 
-_EXTRA_FIELDS = (FieldSpec("entries", "entries", TypeSpec(Kind.STRING), False, 4),)
-_WRAPPER_FIELDS = (FieldSpec("value", "value", TypeSpec(Kind.UNION), False, 6),)
-
-
 def _read_table(r: _Reader, cls: type, table: int, path: str, depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise BlockDecodeError(f"{path}: nesting deeper than {_MAX_DEPTH} levels")
-    specs = fields_of(cls)
-    positions, _ = r.field_positions(table, specs)
+    present = r.table_fields(table)
     kwargs = {}
-    for f, pos in zip(specs, positions):
-        field_path = f"{path}.{f.yaml_name}" if path else f.yaml_name
-        if not pos:
+    for f in fields_of(cls):
+        pos = present.get(f.slot)
+        if pos is None:
             if f.required and f.type.kind in _INLINE and f.type.kind is not Kind.TIMESTAMP:
                 kwargs[f.name] = f.type.cls(0) if f.type.kind is Kind.ENUM else 0
             elif f.required:
-                raise BlockDecodeError(f"{field_path}: required field is missing")
+                raise BlockDecodeError(f"{_join(path, f.yaml_name)}: required field is missing")
             continue
+        field_path = _join(path, f.yaml_name)
         try:
             if f.type.kind is Kind.UNION:
                 assert f.type.union is not None
-                kwargs[f.name] = _read_union(r, f.type.union, table, f.slot, pos, field_path, depth)
+                kwargs[f.name] = _read_union(r, f.type.union, present, f.slot, field_path, depth)
             else:
                 kwargs[f.name] = _read_value(r, f.type, pos, field_path, depth)
         except (OdfFormatError, UnicodeDecodeError, json.JSONDecodeError, struct.error) as e:
@@ -392,6 +402,10 @@ def _read_table(r: _Reader, cls: type, table: int, path: str, depth: int) -> Any
         return cls(**kwargs)
     except (OdfFormatError, TypeError, ValueError) as e:
         raise BlockDecodeError(f"{path or cls.__name__}: {e}") from None
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
 
 
 def decode_table(data: bytes, cls: type, path: str = "") -> Any:
@@ -409,24 +423,16 @@ def decode_block(data: bytes) -> model.MetadataBlock:
     """Reads a block file (manifest version 2 or 3); raises `BlockDecodeError` on any defect."""
     r = _Reader(data)
     try:
-        manifest = r.deref(0)
-        kind_pos, version_pos, content_pos = r.field_positions(manifest, _MANIFEST_FIELDS)[0]
-        kind = r.unpack("q", kind_pos) if kind_pos else 0
-        version = r.unpack("i", version_pos) if version_pos else 0
+        manifest = r.table_fields(r.deref(0))
+        kind = r.unpack(_STRUCTS["q"], manifest[4]) if 4 in manifest else 0
+        version = r.unpack(_I32, manifest[6]) if 6 in manifest else 0
         if kind != ODF_METADATA_BLOCK:
             raise BlockDecodeError(f"not a metadata block: manifest kind {kind:#x}, expected 0x400000")
         if version not in READABLE_VERSIONS:
             raise BlockDecodeError(f"unsupported block version {version} (readable: 2, 3)")
-        if not content_pos:
+        if 8 not in manifest:
             raise BlockDecodeError("block manifest has no content")
-        content = bytes(r.bytes_at(content_pos))
+        content = bytes(r.bytes_at(manifest[8]))
     except OdfFormatError as e:
         raise BlockDecodeError(f"block manifest: {e}") from None
     return decode_table(content, model.MetadataBlock)
-
-
-_MANIFEST_FIELDS = (
-    FieldSpec("kind", "kind", TypeSpec(Kind.INT, fmt="q"), True, 4),
-    FieldSpec("version", "version", TypeSpec(Kind.INT, fmt="i"), True, 6),
-    FieldSpec("content", "content", TypeSpec(Kind.BYTES), True, 8),
-)

@@ -1,4 +1,4 @@
-"""YAML manifests: `DatasetSnapshot`, `MetadataBlock` and `MetadataEvent`, read leniently, written canonically.
+"""YAML manifests (DatasetSnapshot, MetadataBlock, MetadataEvent): read leniently, written canonically.
 
 Reading accepts what the reference accepts: union short forms (`type: String`), case-insensitive
 `kind` tags and enum names, several `---` documents per file, the legacy `schema: [DDL...]` of read
@@ -30,10 +30,20 @@ from airflow_odf.odf.timestamps import Timestamp
 
 MANIFEST_VERSIONS = {"DatasetSnapshot": (1,), "MetadataEvent": (1,), "MetadataBlock": (2, 3)}
 _WRITE_VERSION = {"DatasetSnapshot": 1, "MetadataEvent": 1, "MetadataBlock": 3}
-_INT_RANGES = {"i": (-(2**31), 2**31 - 1), "I": (0, 2**32 - 1), "q": (-(2**63), 2**63 - 1), "Q": (0, 2**64 - 1)}
+_INT_RANGES = {
+    "i": (-(2**31), 2**31 - 1),
+    "I": (0, 2**32 - 1),
+    "q": (-(2**63), 2**63 - 1),
+    "Q": (0, 2**64 - 1),
+}
 _READ_STEPS = set(fields_of(model.SetPollingSource)[2].type.union.members)  # type: ignore[union-attr]
-_NOT_IN_SNAPSHOT = (model.Seed, model.AddData, model.ExecuteTransform, model.DisablePollingSource,
-                    model.DisablePushSource)
+_NOT_IN_SNAPSHOT = (
+    model.Seed,
+    model.AddData,
+    model.ExecuteTransform,
+    model.DisablePollingSource,
+    model.DisablePushSource,
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +76,11 @@ class _Loader(yaml.SafeLoader):
 
 
 _Loader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")]
+    first: [
+        (tag, rx)
+        for tag, rx in resolvers
+        if tag not in ("tag:yaml.org,2002:bool", "tag:yaml.org,2002:timestamp")
+    ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
 _Loader.add_implicit_resolver(
@@ -102,8 +116,14 @@ _INVALID = _Invalid()
 def _describe(value: Any) -> str:
     if value is None:
         return "null"
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
-             dict: "a mapping"}
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }
     shown = repr(value) if isinstance(value, (bool, int, float, str)) else ""
     return f"{names.get(type(value), type(value).__name__)} {shown}".strip()
 
@@ -125,7 +145,11 @@ class _ModelReader:
     def value(self, t: TypeSpec, data: Any, path: str) -> Any:
         kind = t.kind
         if kind is Kind.STRING:
-            return data if isinstance(data, str) else self.fail(path, f"expected a string, got {_describe(data)}")
+            return (
+                data
+                if isinstance(data, str)
+                else self.fail(path, f"expected a string, got {_describe(data)}")
+            )
         if kind is Kind.INT:
             low, high = _INT_RANGES[t.fmt]
             if isinstance(data, bool) or not isinstance(data, int):
@@ -134,7 +158,11 @@ class _ModelReader:
                 return self.fail(path, f"expected an integer in [{low}, {high}], got {data}")
             return data
         if kind is Kind.BOOL:
-            return data if isinstance(data, bool) else self.fail(path, f"expected true or false, got {_describe(data)}")
+            return (
+                data
+                if isinstance(data, bool)
+                else self.fail(path, f"expected true or false, got {_describe(data)}")
+            )
         if kind is Kind.ENUM:
             return self.enum(t.cls, data, path)
         if kind in (Kind.MULTIHASH, Kind.DATASET_ID, Kind.TIMESTAMP):
@@ -152,7 +180,9 @@ class _ModelReader:
                 return self.fail(path, f"expected base64 text: {e}")
         if kind is Kind.EXTRA:
             if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-                return self.fail(path, f"expected a mapping of attribute names to values, got {_describe(data)}")
+                return self.fail(
+                    path, f"expected a mapping of attribute names to values, got {_describe(data)}"
+                )
             return data
         if kind is Kind.LIST:
             if not isinstance(data, list):
@@ -184,7 +214,9 @@ class _ModelReader:
             if member is None:
                 return self.fail(path, f"unknown {spec.name} kind {data!r}; expected one of {expected}")
             if any(f.required for f in fields_of(member)):
-                return self.fail(path, f"{spec.name} {spec.tag(member)} has required fields; use the mapping form")
+                return self.fail(
+                    path, f"{spec.name} {spec.tag(member)} has required fields; use the mapping form"
+                )
             return member()
         if not isinstance(data, dict):
             return self.fail(path, f"expected a {spec.name} mapping with a 'kind', got {_describe(data)}")
@@ -193,7 +225,9 @@ class _ModelReader:
             return self.fail(_join(path, "kind"), f"missing; expected one of {expected}")
         member = spec.by_tag.get(tag.lower()) if isinstance(tag, str) else None
         if member is None:
-            return self.fail(_join(path, "kind"), f"unknown {spec.name} kind {tag!r}; expected one of {expected}")
+            return self.fail(
+                _join(path, "kind"), f"unknown {spec.name} kind {tag!r}; expected one of {expected}"
+            )
         return self.table(member, data, path, skip=("kind",))
 
     def table(self, cls: type, data: Any, path: str, skip: tuple[str, ...] = ()) -> Any:
@@ -240,8 +274,13 @@ def _snapshot_problems(snapshot: model.DatasetSnapshot) -> list[Problem]:
     """Rules a DatasetSnapshot must follow beyond its shape."""
     problems = []
     if not is_dataset_alias(snapshot.name):
-        problems.append(Problem("content.name", f"{snapshot.name!r} is not a valid dataset name "
-                                "(letters, digits and inner '-', parts separated by '.')"))
+        problems.append(
+            Problem(
+                "content.name",
+                f"{snapshot.name!r} is not a valid dataset name "
+                "(letters, digits and inner '-', parts separated by '.')",
+            )
+        )
     for i, event in enumerate(snapshot.metadata):
         path = f"content.metadata[{i}]"
         tag = METADATA_EVENT.tag(type(event))
@@ -253,7 +292,9 @@ def _snapshot_problems(snapshot: model.DatasetSnapshot) -> list[Problem]:
             problems.append(Problem(f"{path}.kind", f"{tag} is only allowed on Root datasets"))
         elif isinstance(event, model.SetTransform):
             if snapshot.kind is model.DatasetKind.ROOT:
-                problems.append(Problem(f"{path}.kind", "SetTransform is only allowed on Derivative datasets"))
+                problems.append(
+                    Problem(f"{path}.kind", "SetTransform is only allowed on Derivative datasets")
+                )
             if not event.inputs:
                 problems.append(Problem(f"{path}.inputs", "a transform needs at least one input"))
         transform = getattr(event, "transform", None) or getattr(event, "preprocess", None)
@@ -277,15 +318,23 @@ def _read_document(doc: Any, source: str, index: int) -> tuple[Manifest | None, 
     prefix = f"[document {index + 1}] " if index else ""
     if not isinstance(doc, dict):
         return None, [Problem("", f"{prefix}expected a manifest mapping with kind, version, content")]
-    problems = [Problem(k, f"{prefix}unknown manifest field; expected kind, version, content")
-                for k in doc if k not in ("kind", "version", "content")]
+    problems = [
+        Problem(k, f"{prefix}unknown manifest field; expected kind, version, content")
+        for k in doc
+        if k not in ("kind", "version", "content")
+    ]
     kind, version = doc.get("kind"), doc.get("version")
     if kind not in MANIFEST_VERSIONS:
         expected = ", ".join(MANIFEST_VERSIONS)
-        return None, [*problems, Problem("kind", f"{prefix}expected one of {expected}, got {_describe(kind)}")]
+        return None, [
+            *problems,
+            Problem("kind", f"{prefix}expected one of {expected}, got {_describe(kind)}"),
+        ]
     if isinstance(version, bool) or version not in MANIFEST_VERSIONS[kind]:
         allowed = " or ".join(str(v) for v in MANIFEST_VERSIONS[kind])
-        problems.append(Problem("version", f"{prefix}{kind} manifests have version {allowed}, got {_describe(version)}"))
+        problems.append(
+            Problem("version", f"{prefix}{kind} manifests have version {allowed}, got {_describe(version)}")
+        )
     if "content" not in doc:
         return None, [*problems, Problem("content", f"{prefix}required field is missing")]
     reader = _ModelReader()
@@ -305,7 +354,7 @@ def _read_document(doc: Any, source: str, index: int) -> tuple[Manifest | None, 
 def load_manifests(text: str, source: str = "<string>") -> list[Manifest]:
     """Every document of a YAML text; raises `ManifestError` listing all problems found."""
     try:
-        docs = list(yaml.load_all(text, Loader=_Loader))  # noqa: S506 - a SafeLoader subclass
+        docs = list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -409,4 +458,6 @@ def dump_manifests(contents: list[Any]) -> str:
 
 
 def dump_yaml(data: Any) -> str:
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1 << 16)
+    return yaml.dump(
+        data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=1 << 16
+    )

@@ -140,6 +140,8 @@ class Multihash:
         return cls.from_bytes(multibase_decode(text))
 
     def to_bytes(self) -> bytes:
+        if self.code == SHA3_256 and len(self.digest) == 32:
+            return _SHA3_256_HEADER + self.digest
         return encode_varint(self.code) + encode_varint(len(self.digest)) + self.digest
 
     def to_multibase(self) -> str:
@@ -151,6 +153,9 @@ class Multihash:
 
     def __str__(self) -> str:
         return self.to_multibase()
+
+
+_SHA3_256_HEADER = bytes([SHA3_256, 32])
 
 
 def _check_digest(code: int, digest: bytes) -> None:
@@ -223,4 +228,3 @@ class DatasetId:
 
     def __str__(self) -> str:
         return self.to_did_odf()
-
