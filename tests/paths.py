@@ -1,11 +1,12 @@
-"""Locations of the shared reference material (../shared beside the repository), read at test time."""
+"""Locations of the shared reference material (../shared beside the repository, or $ODF_SHARED_DIR)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
+SHARED = Path(os.environ.get("ODF_SHARED_DIR", REPO.parent / "shared"))
 CONFORMANCE_BLOCKS = SHARED / "conformance" / "blocks"
 UPSTREAM = SHARED / "reference" / "upstream"
 
