@@ -38,3 +38,11 @@ class ManifestError(OdfError):
 
 class BlockDecodeError(OdfError):
     """A block file is not a valid ODF metadata block (corrupt, truncated or of another kind)."""
+
+
+class ChainRuleError(OdfError):
+    """A block breaks a metadata chain rule; `rule` is a stable short name of the rule."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"{message} [rule: {rule}]")
+        self.rule = rule

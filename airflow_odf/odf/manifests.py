@@ -270,6 +270,15 @@ _PARSERS = {
 }
 
 
+def from_plain(t: TypeSpec, data: Any, source: str = "<data>") -> Any:
+    """The model value of plain (YAML/JSON) data of type `t`; raises ManifestError with field paths."""
+    reader = _ModelReader()
+    value = reader.value(t, data, "")
+    if reader.problems:
+        raise ManifestError(source, reader.problems)
+    return value
+
+
 def _snapshot_problems(snapshot: model.DatasetSnapshot) -> list[Problem]:
     """Rules a DatasetSnapshot must follow beyond its shape."""
     problems = []

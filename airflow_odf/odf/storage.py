@@ -1,0 +1,182 @@
+"""Object stores: where a dataset's blocks, data, checkpoints and refs live.
+
+A store maps slash-separated keys (`blocks/<hash>`, `refs/head`, ...) to bytes. Every backend offers
+the same small interface so the same dataset code runs on a local disk, S3 or HTTP: get / put /
+exists / list / delete, and `compare_and_swap` for refs — the only mutable objects — so that two
+writers can never both move a head from the same old value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from pathlib import Path
+
+from airflow_odf.odf.errors import OdfError
+
+
+class ObjectNotFoundError(OdfError, KeyError):
+    """The key does not exist in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "object not found"
+
+
+class ConflictError(OdfError):
+    """A compare-and-swap found another value than expected: someone else moved the ref first."""
+
+
+class InvalidKeyError(OdfError, ValueError):
+    """A key that could escape the store (`..`, absolute paths, empty parts)."""
+
+
+def check_key(key: str) -> str:
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in key:
+        raise InvalidKeyError(f"invalid object key {key!r}")
+    return key
+
+
+class ObjectStore(ABC):
+    """Key -> bytes storage with an atomic compare-and-swap for refs."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Writes atomically: readers see the old object or the new one, never a part."""
+
+    @abstractmethod
+    def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
+        """Stores a local file's content under `key` (moving it when allowed and possible)."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abstractmethod
+    def size(self, key: str) -> int: ...
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[str]:
+        """Keys directly under `prefix/` (not recursive), in no particular order."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    def compare_and_swap(self, key: str, expected: bytes | None, new: bytes | None) -> None:
+        """Sets `key` to `new` (None deletes) only if its value is `expected` (None = absent)."""
+
+    def get_or_none(self, key: str) -> bytes | None:
+        try:
+            return self.get(key)
+        except ObjectNotFoundError:
+            return None
+
+    def local_path(self, key: str) -> Path | None:
+        """A path readers may open directly (for Spark), when the store is on the local disk."""
+        return None
+
+
+class LocalObjectStore(ObjectStore):
+    """A directory on the local file system. Writes go to a temp file then `os.replace`."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def __repr__(self) -> str:
+        return f"LocalObjectStore({str(self.root)!r})"
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def local_path(self, key: str) -> Path:
+        return self._path(key)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectNotFoundError(f"{key} not found in {self.root}") from None
+
+    def _write_atomic(self, path: Path, data: bytes) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+
+    def put(self, key: str, data: bytes) -> None:
+        self._write_atomic(self._path(key), data)
+
+    def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
+        target = self._path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.parent / f".tmp-{os.getpid()}-{target.name}"
+        if move:
+            try:
+                os.replace(source, tmp)
+            except OSError:  # another file system
+                shutil.copyfile(source, tmp)
+        else:
+            shutil.copyfile(source, tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            raise ObjectNotFoundError(f"{key} not found in {self.root}") from None
+
+    def list(self, prefix: str) -> Iterator[str]:
+        directory = self._path(prefix)
+        if not directory.is_dir():
+            return
+        for entry in os.scandir(directory):
+            if entry.is_file() and not entry.name.startswith(".tmp-"):
+                yield f"{prefix}/{entry.name}"
+
+    def delete(self, key: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    def compare_and_swap(self, key: str, expected: bytes | None, new: bytes | None) -> None:
+        path = self._path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = path.parent / f".{path.name}.lock"
+        with open(lock_path, "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                current = path.read_bytes() if path.is_file() else None
+                if current != expected:
+                    raise ConflictError(
+                        f"{key} changed concurrently: expected {_show(expected)}, found {_show(current)}"
+                    )
+                if new is None:
+                    path.unlink(missing_ok=True)
+                else:
+                    self._write_atomic(path, new)
+            finally:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _show(value: bytes | None) -> str:
+    return "nothing" if value is None else value.decode(errors="replace")
