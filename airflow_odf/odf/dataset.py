@@ -137,7 +137,7 @@ class Dataset:
         events: Sequence[Any],
         *,
         system_time: Timestamp | None = None,
-        expected_head: Multihash | None | str = "current",
+        expected_head: Multihash | str | None = "current",
         objects: Sequence[StagedObject] = (),
     ) -> CommitResult:
         """Appends one block per event, validated against the chain rules, atomically.
@@ -203,7 +203,7 @@ class Dataset:
             None if new is None else str(new).encode(),
         )
 
-    def reset(self, to: Multihash, *, expected_head: Multihash | None | str = "current") -> CommitResult:
+    def reset(self, to: Multihash, *, expected_head: Multihash | str | None = "current") -> CommitResult:
         """Moves the head back to an earlier block of the chain (compare-and-swap)."""
         head = self.head()
         if expected_head != "current" and expected_head != head:
