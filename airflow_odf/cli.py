@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from airflow_odf.odf.errors import ManifestError, OdfError
+from airflow_odf.odf import model
+from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.flatbuffers_codec import block_hash, decode_block, encode_block
+from airflow_odf.odf.integrity import collect_garbage, verify_integrity
 from airflow_odf.odf.manifests import dump_manifest, manifest_to_plain, read_manifests, read_single
+from airflow_odf.odf.multiformats import Multihash
+from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.storage import ConflictError
 
 EXIT_BAD_INPUT = 2
+EXIT_CONFLICT = 3
+EXIT_VERIFICATION_FAILED = 4
 
 
 class CliError(Exception):
@@ -78,6 +86,160 @@ def cmd_snapshot_validate(args: argparse.Namespace) -> None:
         raise CliError(lines)
 
 
+def _repo(args: argparse.Namespace) -> Repository:
+    return Repository.open(args.repo)
+
+
+def cmd_init(args: argparse.Namespace) -> None:
+    repo = Repository.init(args.repo)
+    print(f"initialised ODF repository in {repo.root}")
+
+
+def _input_order(snapshots: list[model.DatasetSnapshot]) -> list[model.DatasetSnapshot]:
+    """Snapshots ordered so that each derivative comes after the inputs given alongside it."""
+    by_name = {s.name.lower(): s for s in snapshots}
+    ordered: list[model.DatasetSnapshot] = []
+    visiting: set[str] = set()
+
+    def visit(s: model.DatasetSnapshot) -> None:
+        key = s.name.lower()
+        if s in ordered or key in visiting:
+            return
+        visiting.add(key)
+        for event in s.metadata:
+            if isinstance(event, model.SetTransform):
+                for i in event.inputs:
+                    dep = by_name.get(i.dataset_ref.lower())
+                    if dep is not None:
+                        visit(dep)
+        ordered.append(s)
+
+    for s in snapshots:
+        visit(s)
+    return ordered
+
+
+def cmd_add(args: argparse.Namespace) -> None:
+    repo = _repo(args)
+    snapshots: list[model.DatasetSnapshot] = []
+    lines: list[str] = []
+    for path in args.manifests:
+        try:
+            snapshots += [m.content for m in read_manifests(path) if m.kind == "DatasetSnapshot"]
+        except ManifestError as e:
+            lines += e.lines()
+    if lines:
+        raise CliError(lines)
+    for snapshot in _input_order(snapshots):
+        try:
+            result = repo.add(snapshot)
+        except ConflictError:
+            raise
+        except OdfError as e:
+            lines.append(f"{snapshot.name}: {e}")
+            continue
+        what = "created" if result.created else f"{len(result.commit.new_blocks)} new blocks"
+        print(f"{result.name}\t{result.dataset_id}\t{result.commit.new_head}\t({what})")
+    if lines:
+        raise CliError(lines)
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    repo = _repo(args)
+    rows = []
+    for name, did in repo.list():
+        state = repo.dataset_by_id(did).state()
+        rows.append(
+            {
+                "name": name,
+                "id": str(did),
+                "kind": state.kind.name.capitalize() if state.kind is not None else None,
+                "head": str(state.head),
+                "blocks": state.num_blocks,
+                "records": state.num_records,
+                "size": state.data_size,
+            }
+        )
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return
+    header = ("NAME", "KIND", "BLOCKS", "RECORDS", "HEAD")
+    table = [
+        header,
+        *[(r["name"], r["kind"] or "", str(r["blocks"]), str(r["records"]), r["head"]) for r in rows],
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def cmd_log(args: argparse.Namespace) -> None:
+    dataset = _repo(args).dataset(args.name)
+    entries = []
+    for i, (h, block) in enumerate(dataset.iter_blocks()):
+        if args.limit is not None and i >= args.limit:
+            break
+        entries.append((h, block))
+    if args.format == "json":
+        print(
+            json.dumps(
+                [{"hash": str(h), **manifest_to_plain(b)} for h, b in entries], indent=2, ensure_ascii=False
+            )
+        )
+        return
+    sys.stdout.write("---\n".join(f"# block {h}\n{dump_manifest(b)}" for h, b in entries))
+
+
+def cmd_reset(args: argparse.Namespace) -> None:
+    dataset = _repo(args).dataset(args.name)
+    try:
+        to = Multihash.parse(args.hash)
+    except OdfError as e:
+        raise CliError([f"HASH: {e}"]) from None
+    result = dataset.reset(to)
+    print(f"{args.name}: head moved from {result.old_head} to {result.new_head}")
+
+
+class VerificationFailed(Exception):
+    pass
+
+
+def cmd_verify(args: argparse.Namespace) -> None:
+    if not args.integrity:
+        raise CliError(["odf verify: only --integrity is available so far"])
+    dataset = _repo(args).dataset(args.name)
+    problems = verify_integrity(dataset)
+    if args.format == "json":
+        print(
+            json.dumps(
+                {
+                    "dataset": args.name,
+                    "ok": not problems,
+                    "problems": [{"kind": p.kind, "ref": p.ref, "message": p.message} for p in problems],
+                },
+                indent=2,
+            )
+        )
+    elif problems:
+        for p in problems:
+            print(f"{args.name}: {p}")
+    else:
+        print(f"{args.name}: ok ({dataset.state().num_blocks} blocks, data and checkpoints intact)")
+    if problems:
+        raise VerificationFailed
+
+
+def cmd_gc(args: argparse.Namespace) -> None:
+    repo = _repo(args)
+    removed = 0
+    for _name, did in repo.list():
+        removed += len(collect_garbage(repo.dataset_by_id(did), args.min_age))
+    for path in repo.unnamed_datasets(args.min_age):
+        repo.remove_dataset_dir(path)
+        removed += 1
+    print(f"removed {removed} unreferenced objects and folders")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="odf", description="Open Data Fabric tools of airflow-provider-odf")
     groups = parser.add_subparsers(dest="group", required=True)
@@ -104,25 +266,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="+")
     p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
     p.set_defaults(func=cmd_snapshot_validate)
+
+    repo_arg = argparse.ArgumentParser(add_help=False)
+    repo_arg.add_argument(
+        "--repo",
+        default=os.environ.get("ODF_REPO", "."),
+        help="repository directory (default: $ODF_REPO or the current directory)",
+    )
+    p = groups.add_parser("init", parents=[repo_arg], help="create a repository")
+    p.set_defaults(func=cmd_init)
+    p = groups.add_parser(
+        "add", parents=[repo_arg], help="create or evolve datasets from DatasetSnapshot manifests"
+    )
+    p.add_argument("manifests", nargs="+")
+    p.set_defaults(func=cmd_add)
+    p = groups.add_parser("list", parents=[repo_arg], help="list the datasets of the repository")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_list)
+    p = groups.add_parser("log", parents=[repo_arg], help="print a dataset's blocks, newest first")
+    p.add_argument("name")
+    p.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    p.add_argument("--limit", type=int)
+    p.set_defaults(func=cmd_log)
+    p = groups.add_parser("reset", parents=[repo_arg], help="move a dataset's head back to an earlier block")
+    p.add_argument("name")
+    p.add_argument("hash")
+    p.set_defaults(func=cmd_reset)
+    p = groups.add_parser("verify", parents=[repo_arg], help="verify a dataset")
+    p.add_argument("name")
+    p.add_argument("--integrity", action="store_true", help="re-check hashes, chain rules and objects")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_verify)
+    p = groups.add_parser("gc", parents=[repo_arg], help="remove objects no dataset head refers to")
+    p.add_argument(
+        "--min-age",
+        type=float,
+        default=3600.0,
+        help="only remove objects older than this many seconds (protects commits in progress)",
+    )
+    p.set_defaults(func=cmd_gc)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     func: Callable[[argparse.Namespace], None] = args.func
+    code = EXIT_BAD_INPUT
     try:
         func(args)
+    except VerificationFailed:
+        return EXIT_VERIFICATION_FAILED
     except ManifestError as e:
         lines = e.lines()
     except CliError as e:
         lines = e.lines
+    except ConflictError as e:
+        lines, code = [f"conflict: {e}"], EXIT_CONFLICT
+    except ChainRuleError as e:
+        lines = [f"rejected: {e}"]
     except OdfError as e:
         lines = [str(e)]
     else:
         return 0
     for line in lines:
         print(line, file=sys.stderr)
-    return EXIT_BAD_INPUT
+    return code
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ class LocalObjectStore(ObjectStore):
         if not directory.is_dir():
             return
         for entry in os.scandir(directory):
-            if entry.is_file() and not entry.name.startswith(".tmp-"):
+            if entry.is_file() and not entry.name.startswith("."):  # temp and lock files are hidden
                 yield f"{prefix}/{entry.name}"
 
     def delete(self, key: str) -> None:
