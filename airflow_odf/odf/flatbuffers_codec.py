@@ -396,7 +396,7 @@ def _read_table(r: _Reader, cls: type, table: int, path: str, depth: int) -> Any
                 kwargs[f.name] = _read_union(r, f.type.union, present, f.slot, field_path, depth)
             else:
                 kwargs[f.name] = _read_value(r, f.type, pos, field_path, depth)
-        except (OdfFormatError, UnicodeDecodeError, json.JSONDecodeError, struct.error) as e:
+        except (OdfFormatError, ValueError, struct.error) as e:  # incl. UnicodeDecodeError, JSON errors
             raise BlockDecodeError(f"{field_path}: {e}") from None
     try:
         return cls(**kwargs)

@@ -117,7 +117,19 @@ _FRAGILE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udf
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block style; lists not indented under their key; multi-line strings as literal blocks."""
+    """Block style; lists not indented under their key; multi-line strings as literal blocks.
+
+    A string is quoted when YAML 1.1 (PyYAML's default) *or* 1.2 (our reader, the reference's) would
+    read it as something else, so the output means the same to both.
+    """
+
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: tuple[bool, bool]) -> str:
+        tag = super().resolve(kind, value, implicit)
+        if kind is yaml.ScalarNode and implicit[0] and tag == "tag:yaml.org,2002:str":
+            for strict_tag, pattern in _Loader.yaml_implicit_resolvers.get(value[:1] if value else "", []):
+                if pattern.match(value):
+                    return strict_tag
+        return tag
 
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:

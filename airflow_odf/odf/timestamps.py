@@ -6,6 +6,7 @@ nanoseconds of that second; both the FlatBuffers struct and RFC 3339 text round-
 
 from __future__ import annotations
 
+import calendar
 import re
 import time
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ class Timestamp:
     @classmethod
     def from_parts(cls, year: int, ordinal: int, seconds_from_midnight: int, nanosecond: int) -> Timestamp:
         """From the FlatBuffers `Timestamp` struct fields (ordinal = 1-based day of the year)."""
-        if not 1 <= ordinal <= 366 or not 0 <= seconds_from_midnight < 86400:
+        if not 1 <= ordinal <= 365 + calendar.isleap(year) or not 0 <= seconds_from_midnight < 86400:
             raise OdfFormatError(f"invalid timestamp parts: day {ordinal}, second {seconds_from_midnight}")
         try:
             day = date(year, 1, 1).toordinal() + ordinal - 1 - _EPOCH_ORDINAL
