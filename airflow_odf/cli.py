@@ -46,7 +46,10 @@ def cmd_block_encode(args: argparse.Namespace) -> None:
     block = read_single(args.file, "MetadataBlock")
     data = encode_block(block)
     if args.output:
-        Path(args.output).write_bytes(data)
+        try:
+            Path(args.output).write_bytes(data)
+        except OSError as e:
+            raise CliError([f"{args.output}: cannot write the block file: {e.strerror or e}"]) from None
     print(block_hash(data))
 
 

@@ -67,6 +67,15 @@ class _Loader(yaml.SafeLoader):
         seen: set[Any] = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    "a mapping key must be a plain value, not a list or mapping",
+                    key_node.start_mark,
+                ) from None
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r}", key_node.start_mark
@@ -170,6 +179,22 @@ def _describe(value: Any) -> str:
     return f"{names.get(type(value), type(value).__name__)} {shown}".strip()
 
 
+def _non_json_path(value: Any, path: str) -> str | None:
+    """The path of the first value inside `value` that JSON cannot hold (e.g. YAML `!!binary`), if any."""
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return None
+    if isinstance(value, list):
+        items = (_non_json_path(v, f"{path}[{i}]") for i, v in enumerate(value))
+    elif isinstance(value, dict):
+        items = (
+            _non_json_path(v, _join(path, k)) if isinstance(k, str) else _join(path, str(k))
+            for k, v in value.items()
+        )
+    else:
+        return path
+    return next((p for p in items if p is not None), None)
+
+
 def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
@@ -218,13 +243,16 @@ class _ModelReader:
                 return self.fail(path, f"expected base64 text, got {_describe(data)}")
             try:
                 return base64.b64decode(data, validate=True)
-            except binascii.Error as e:
+            except (binascii.Error, ValueError) as e:
                 return self.fail(path, f"expected base64 text: {e}")
         if kind is Kind.EXTRA:
             if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
                 return self.fail(
                     path, f"expected a mapping of attribute names to values, got {_describe(data)}"
                 )
+            bad = _non_json_path(data, path)
+            if bad is not None:
+                return self.fail(bad, "expected a JSON value (text, number, boolean, null, list or mapping)")
             return data
         if kind is Kind.LIST:
             if not isinstance(data, list):
@@ -375,7 +403,7 @@ def _read_document(doc: Any, source: str, index: int) -> tuple[Manifest | None, 
         if k not in ("kind", "version", "content")
     ]
     kind, version = doc.get("kind"), doc.get("version")
-    if kind not in MANIFEST_VERSIONS:
+    if not isinstance(kind, str) or kind not in MANIFEST_VERSIONS:
         expected = ", ".join(MANIFEST_VERSIONS)
         return None, [
             *problems,

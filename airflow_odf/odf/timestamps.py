@@ -101,7 +101,8 @@ class Timestamp:
 
     def isoformat(self) -> str:
         """RFC 3339 in UTC with `Z`, fraction of 0, 3, 6 or 9 digits as needed (the reference's AutoSi)."""
-        text = self.to_datetime().strftime("%Y-%m-%dT%H:%M:%S")
+        dt = self.to_datetime()
+        text = f"{dt.year:04d}-{dt.month:02d}-{dt.day:02d}T{dt.hour:02d}:{dt.minute:02d}:{dt.second:02d}"
         ns = self.nanosecond
         if ns == 0:
             return text + "Z"
