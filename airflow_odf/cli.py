@@ -99,26 +99,26 @@ def cmd_init(args: argparse.Namespace) -> None:
 
 
 def _input_order(snapshots: list[model.DatasetSnapshot]) -> list[model.DatasetSnapshot]:
-    """Snapshots ordered so that each derivative comes after the inputs given alongside it."""
+    """One snapshot per dataset name — the last one given wins — with derivatives after their inputs."""
     by_name = {s.name.lower(): s for s in snapshots}
     ordered: list[model.DatasetSnapshot] = []
-    visiting: set[str] = set()
+    done: set[str] = set()
 
-    def visit(s: model.DatasetSnapshot) -> None:
+    def visit(s: model.DatasetSnapshot, path: frozenset[str]) -> None:
         key = s.name.lower()
-        if s in ordered or key in visiting:
+        if key in done or key in path:
             return
-        visiting.add(key)
         for event in s.metadata:
             if isinstance(event, model.SetTransform):
-                for i in event.inputs:
-                    dep = by_name.get(i.dataset_ref.lower())
+                for inp in event.inputs:
+                    dep = by_name.get(inp.dataset_ref.lower())
                     if dep is not None:
-                        visit(dep)
+                        visit(dep, path | {key})
+        done.add(key)
         ordered.append(s)
 
-    for s in snapshots:
-        visit(s)
+    for s in by_name.values():
+        visit(s, frozenset())
     return ordered
 
 
@@ -279,7 +279,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = groups.add_parser("init", parents=[repo_arg], help="create a repository")
     p.set_defaults(func=cmd_init)
     p = groups.add_parser(
-        "add", parents=[repo_arg], help="create or evolve datasets from DatasetSnapshot manifests"
+        "add",
+        parents=[repo_arg],
+        help="create or evolve datasets from DatasetSnapshot manifests (of a name given twice the last wins)",
     )
     p.add_argument("manifests", nargs="+")
     p.set_defaults(func=cmd_add)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_odf.odf import model
-from airflow_odf.odf.errors import ChainRuleError
+from airflow_odf.odf.errors import ChainRuleError, OdfFormatError
 from airflow_odf.odf.model_schema import METADATA_EVENT
 from airflow_odf.odf.multiformats import DatasetId, Multihash
 from airflow_odf.odf.schema_evolution import check_evolution
@@ -167,7 +167,7 @@ def _apply_execute_transform(state: ChainState, event: model.ExecuteTransform) -
     _check_kind(state, event, model.DatasetKind.DERIVATIVE)
     if state.transform is None:
         raise _fail("transform-before-execute", "ExecuteTransform needs a SetTransform first")
-    expected_ids = [i.dataset_ref for i in state.transform.inputs]
+    expected_ids = [str(DatasetId.parse(i.dataset_ref)) for i in state.transform.inputs]
     got_ids = [str(i.dataset_id) for i in event.query_inputs]
     if got_ids != expected_ids:
         raise _fail(
@@ -216,14 +216,27 @@ def _apply_execute_transform(state: ChainState, event: model.ExecuteTransform) -
     return changes
 
 
+def _is_did_odf(ref: str) -> bool:
+    if not ref.startswith("did:odf:"):
+        return False
+    try:
+        DatasetId.parse(ref)
+    except OdfFormatError:
+        return False
+    return True
+
+
 def _check_set_transform(event: model.SetTransform) -> None:
     if not event.inputs:
         raise _fail("set-transform", "SetTransform needs at least one input")
-    refs = [i.dataset_ref for i in event.inputs]
+    refs = [
+        str(DatasetId.parse(i.dataset_ref)) if _is_did_odf(i.dataset_ref) else i.dataset_ref
+        for i in event.inputs
+    ]
     if len(set(refs)) != len(refs):
         raise _fail("set-transform", f"SetTransform inputs must be unique, got {refs}")
     for i in event.inputs:
-        if not i.dataset_ref.startswith("did:odf:") or not i.alias:
+        if not _is_did_odf(i.dataset_ref) or not i.alias:
             raise _fail(
                 "set-transform", f"input {i.dataset_ref!r} must be resolved to a did:odf ID with an alias"
             )

@@ -34,6 +34,21 @@ def block_key(h: Multihash) -> str:
     return f"blocks/{h}"
 
 
+class _CurrentHead:
+    """Sentinel: guard a commit with whatever the head is when it starts."""
+
+    def __repr__(self) -> str:
+        return "CURRENT_HEAD"
+
+
+CURRENT_HEAD = _CurrentHead()
+ExpectedHead = Multihash | str | _CurrentHead | None
+
+
+def _expected(value: ExpectedHead) -> Multihash | _CurrentHead | None:
+    return Multihash.parse(value) if isinstance(value, str) else value
+
+
 @dataclass(frozen=True)
 class StagedObject:
     """A local file to store as `data/<hash>` or `checkpoints/<hash>` in the same commit."""
@@ -123,7 +138,7 @@ class Dataset:
             return None
         try:
             return state_from_json(raw)
-        except (ValueError, KeyError, TypeError, OdfError, ManifestError):
+        except (ValueError, KeyError, TypeError, AttributeError, OdfError, ManifestError):
             return None  # derived data: rebuilt from the chain
 
     def _write_summary(self, state: ChainState) -> None:
@@ -137,7 +152,7 @@ class Dataset:
         events: Sequence[Any],
         *,
         system_time: Timestamp | None = None,
-        expected_head: Multihash | str | None = "current",
+        expected_head: ExpectedHead = CURRENT_HEAD,
         objects: Sequence[StagedObject] = (),
     ) -> CommitResult:
         """Appends one block per event, validated against the chain rules, atomically.
@@ -146,8 +161,9 @@ class Dataset:
         head is still that value (default: whatever the head was when the commit started).
         """
         state = self.state()
-        if expected_head != "current" and expected_head != state.head:
-            raise ConflictError(f"head is {state.head}, expected {expected_head}")
+        expected = _expected(expected_head)
+        if expected is not CURRENT_HEAD and expected != state.head:
+            raise ConflictError(f"head is {state.head}, expected {expected}")
         system_time = system_time or Timestamp.now()
         if state.system_time is not None and system_time < state.system_time:
             system_time = state.system_time  # clocks may step back; the chain's time may not
@@ -173,10 +189,11 @@ class Dataset:
         self._write_summary(new_state)
         return CommitResult(state.head, new_state.head, [h for h, _ in blocks], new_state)
 
-    def append_block_bytes(self, blocks: Sequence[bytes], *, expected_head: Multihash | None) -> CommitResult:
+    def append_block_bytes(self, blocks: Sequence[bytes], *, expected_head: ExpectedHead) -> CommitResult:
         """Appends blocks received verbatim (e.g. pulled): hashed, decoded and validated, never re-encoded."""
         state = self.state()
-        if expected_head != state.head:
+        expected_head = _expected(expected_head)
+        if expected_head is not CURRENT_HEAD and expected_head != state.head:
             raise ConflictError(f"head is {state.head}, expected {expected_head}")
         new_state = state
         hashes = []
@@ -197,16 +214,17 @@ class Dataset:
                 self.store.put_file(obj.key, obj.path, move=obj.move)
 
     def _move_head(self, old: Multihash | None, new: Multihash | None) -> None:
-        self.store.compare_and_swap(
-            HEAD_REF,
-            None if old is None else str(old).encode(),
-            None if new is None else str(new).encode(),
-        )
+        """CAS against the ref's exact stored bytes (another tool may have written it with a newline)."""
+        raw = self.store.get_or_none(HEAD_REF)
+        if (None if raw is None else self.head()) != old:
+            raise ConflictError(f"head moved concurrently: expected {old}, found {self.head()}")
+        self.store.compare_and_swap(HEAD_REF, raw, None if new is None else str(new).encode())
 
-    def reset(self, to: Multihash, *, expected_head: Multihash | str | None = "current") -> CommitResult:
+    def reset(self, to: Multihash, *, expected_head: ExpectedHead = CURRENT_HEAD) -> CommitResult:
         """Moves the head back to an earlier block of the chain (compare-and-swap)."""
         head = self.head()
-        if expected_head != "current" and expected_head != head:
+        expected_head = _expected(expected_head)
+        if expected_head is not CURRENT_HEAD and expected_head != head:
             raise ConflictError(f"head is {head}, expected {expected_head}")
         if not any(h == to for h, _ in self.iter_blocks(head)):
             raise ChainRuleError("reset-target", f"block {to} is not in the chain of head {head}")

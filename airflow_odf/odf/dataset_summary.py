@@ -2,11 +2,13 @@
 
 Reading a dataset's state must not walk the whole chain every time. The summary records the state at
 some head; a reader whose head moved on folds only the newer blocks into it. The chain stays the only
-truth: a missing, unreadable or foreign summary is simply rebuilt from the blocks.
+truth: a missing, unreadable, damaged (its digest does not match) or foreign summary is simply
+rebuilt from the blocks.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -49,12 +51,23 @@ def state_to_json(state: ChainState) -> bytes:
         "numRecords": state.num_records,
         "dataSize": state.data_size,
     }
-    return json.dumps(plain, separators=(",", ":"), ensure_ascii=False).encode()
+    return _dumps({**plain, "digest": _digest(plain)}).encode()
+
+
+def _dumps(plain: dict[str, Any]) -> str:
+    return json.dumps(plain, separators=(",", ":"), ensure_ascii=False)
+
+
+def _digest(plain: dict[str, Any]) -> str:
+    """Detects a summary damaged or edited after it was written (it is then rebuilt from the chain)."""
+    return hashlib.sha3_256(_dumps(plain).encode()).hexdigest()
 
 
 def state_from_json(data: bytes) -> ChainState:
     """Raises ValueError/KeyError/OdfError on anything unexpected; callers then rebuild from the chain."""
     plain = json.loads(data)
+    if plain.pop("digest") != _digest(plain):
+        raise ValueError("summary does not match its digest")
     if plain.get("version") != FORMAT_VERSION:
         raise ValueError("unknown summary version")
 

@@ -129,6 +129,13 @@ def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str
     keep = reachable_keys(dataset)
     now = time.time()
     removed = []
+    for prefix in ("blocks", "data", "checkpoints", "refs", "info"):  # leftovers of interrupted writes
+        directory = dataset.store.local_path(prefix)
+        if directory is not None and directory.is_dir():
+            for tmp in directory.glob(".tmp-*"):
+                if now - tmp.stat().st_mtime >= min_age_seconds:
+                    tmp.unlink(missing_ok=True)
+                    removed.append(f"{prefix}/{tmp.name}")
     for prefix in ("blocks", "data", "checkpoints"):
         for key in list(dataset.store.list(prefix)):
             path = dataset.store.local_path(key)
