@@ -211,12 +211,11 @@ class _ModelReader:
 
     def value(self, t: TypeSpec, data: Any, path: str) -> Any:
         kind = t.kind
-        if kind is Kind.STRING:
-            return (
-                data
-                if isinstance(data, str)
-                else self.fail(path, f"expected a string, got {_describe(data)}")
-            )
+        if kind in _PLAIN:
+            expected_type, expected = _PLAIN[kind]
+            if isinstance(data, expected_type):
+                return data
+            return self.fail(path, f"expected {expected}, got {_describe(data)}")
         if kind is Kind.INT:
             low, high = _INT_RANGES[t.fmt]
             if isinstance(data, bool) or not isinstance(data, int):
@@ -224,12 +223,6 @@ class _ModelReader:
             if not low <= data <= high:
                 return self.fail(path, f"expected an integer in [{low}, {high}], got {data}")
             return data
-        if kind is Kind.BOOL:
-            return (
-                data
-                if isinstance(data, bool)
-                else self.fail(path, f"expected true or false, got {_describe(data)}")
-            )
         if kind is Kind.ENUM:
             return self.enum(t.cls, data, path)
         if kind in (Kind.MULTIHASH, Kind.DATASET_ID, Kind.TIMESTAMP):
@@ -333,6 +326,7 @@ class _ModelReader:
         return cls(**kwargs)
 
 
+_PLAIN = {Kind.STRING: (str, "a string"), Kind.BOOL: (bool, "true or false")}
 _PARSERS = {
     Kind.MULTIHASH: (Multihash.parse, "a multihash such as f1620<64 hex digits>"),
     Kind.DATASET_ID: (DatasetId.parse, "a DID such as did:odf:fed01<64 hex digits>"),
