@@ -30,6 +30,15 @@ class CorruptDatasetError(OdfError):
     """The stored chain is damaged: a missing or tampered block, or blocks that break the rules."""
 
 
+def _parse_head(raw: bytes | None) -> Multihash | None:
+    if raw is None:
+        return None
+    try:
+        return Multihash.parse(raw.decode().strip())
+    except (OdfError, UnicodeDecodeError) as e:
+        raise CorruptDatasetError(f"{HEAD_REF} does not hold a block hash: {e}") from None
+
+
 def block_key(h: Multihash) -> str:
     return f"blocks/{h}"
 
@@ -82,13 +91,7 @@ class Dataset:
     # ----- reading -----
 
     def head(self) -> Multihash | None:
-        raw = self.store.get_or_none(HEAD_REF)
-        if raw is None:
-            return None
-        try:
-            return Multihash.parse(raw.decode().strip())
-        except (OdfError, UnicodeDecodeError) as e:
-            raise CorruptDatasetError(f"{HEAD_REF} does not hold a block hash: {e}") from None
+        return _parse_head(self.store.get_or_none(HEAD_REF))
 
     def block_bytes(self, h: Multihash, *, verify: bool = True) -> bytes:
         try:
@@ -216,8 +219,9 @@ class Dataset:
     def _move_head(self, old: Multihash | None, new: Multihash | None) -> None:
         """CAS against the ref's exact stored bytes (another tool may have written it with a newline)."""
         raw = self.store.get_or_none(HEAD_REF)
-        if (None if raw is None else self.head()) != old:
-            raise ConflictError(f"head moved concurrently: expected {old}, found {self.head()}")
+        current = _parse_head(raw)
+        if current != old:
+            raise ConflictError(f"head moved concurrently: expected {old}, found {current}")
         self.store.compare_and_swap(HEAD_REF, raw, None if new is None else str(new).encode())
 
     def reset(self, to: Multihash, *, expected_head: ExpectedHead = CURRENT_HEAD) -> CommitResult:
