@@ -1,1 +1,1 @@
-"""The PySpark engine: reads, preprocesses, merges and writes data for the ODF core (never imports airflow)."""
+"""The PySpark engine: reads, preprocesses, merges and writes data for the ODF core (no airflow here)."""

@@ -24,7 +24,7 @@ ODF_SPARK_CONF: dict[str, str] = {
 
 
 def apply_odf_conf(spark: SparkSession) -> None:
-    """Sets the runtime options an ODF job relies on (for sessions created by someone else, e.g. spark-submit)."""
+    """Sets the runtime options an ODF job relies on, also on a session made by spark-submit."""
     for key, value in ODF_SPARK_CONF.items():
         if not key.startswith("spark.ui."):
             spark.conf.set(key, value)
