@@ -31,13 +31,11 @@ def apply_odf_conf(spark: SparkSession) -> None:
 
 
 def get_session(master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
-    """The process's SparkSession, created on first use (local[*] unless a master is given or set)."""
+    """The process's SparkSession, created on first use; `master=None` keeps what spark-submit set."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName("airflow-odf")
     if master:
         builder = builder.master(master)
-    elif "spark.master" not in os.environ.get("PYSPARK_SUBMIT_ARGS", ""):
-        builder = builder.master("local[*]")
     for key, value in {**ODF_SPARK_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

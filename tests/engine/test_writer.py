@@ -1,0 +1,149 @@
+"""System columns, offsets and slice files as the reference writes them."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import date, datetime, timezone
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from airflow_odf.engine.writer import (
+    SOURCE_EVENT_TIME_COLUMN,
+    Vocabulary,
+    normalize_timestamps,
+    with_system_columns,
+    write_slices,
+)
+
+SYSTEM_TIME = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
+VOCAB = Vocabulary()
+
+
+def _frame(spark: SparkSession, rows: list[tuple], partitions: int = 1):
+    df = spark.createDataFrame(
+        rows, "op int, event_time timestamp, name string, __odf_row long, __odf_source_event_time timestamp"
+    )
+    return df.repartition(partitions) if partitions > 1 else df
+
+
+def _read_all(slices) -> pa.Table:
+    return pa.concat_tables([pq.read_table(s.path) for s in slices])
+
+
+def test_columns_types_and_order(spark: SparkSession, tmp_path: Path) -> None:
+    src_et = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    df = _frame(
+        spark,
+        [
+            (0, datetime(2024, 3, 1, tzinfo=timezone.utc), "b", 1, src_et),
+            (0, None, "a", 0, src_et),
+            (0, datetime(2024, 2, 1, tzinfo=timezone.utc), "c", 2, src_et),
+        ],
+    )
+    out = with_system_columns(
+        df,
+        [F.col("event_time").asc_nulls_first(), F.col("__odf_row")],
+        vocab=VOCAB,
+        system_time=SYSTEM_TIME,
+        next_offset=5,
+        drop_columns=("__odf_row",),
+    )
+    slices, schema_file = write_slices(out, str(tmp_path), vocab=VOCAB, max_records_per_slice=None)
+    out.unpersist()
+    table = _read_all(slices)
+    assert table.schema.names == ["offset", "op", "system_time", "event_time", "name"]
+    assert table.schema.field("offset").type == pa.int64()
+    assert not table.schema.field("offset").nullable
+    assert table.schema.field("op").type == pa.int32()
+    assert table.schema.field("system_time").type == pa.timestamp("ms", tz="UTC")
+    assert table.schema.field("event_time").type == pa.timestamp("ms", tz="UTC")
+    rows = table.to_pylist()
+    # the null event time is filled from the source; offsets follow event time order
+    assert [(r["offset"], r["name"]) for r in rows] == [(5, "a"), (6, "c"), (7, "b")]
+    assert rows[0]["event_time"] == src_et
+    assert {r["system_time"] for r in rows} == {datetime(2024, 5, 1, 12, 30, 15, 123000, tzinfo=timezone.utc)}
+    assert [(s.offset_start, s.offset_end, s.num_records) for s in slices] == [(5, 7, 3)]
+    assert slices[0].max_event_time == "2024-03-01T00:00:00.000Z"
+    assert pq.read_schema(schema_file).names == table.schema.names
+
+
+def test_offsets_contiguous_across_partitions_and_slices(spark: SparkSession, tmp_path: Path) -> None:
+    n = 5000
+    src_et = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    rows = [
+        (0, datetime(2024, 1, 1 + (i * 7919) % 28, tzinfo=timezone.utc), f"r{i}", i, src_et) for i in range(n)
+    ]
+    df = _frame(spark, rows, partitions=4)
+    out = with_system_columns(
+        df,
+        [F.col("event_time").asc_nulls_first(), F.col("__odf_row")],
+        vocab=VOCAB,
+        system_time=SYSTEM_TIME,
+        next_offset=100,
+        num_partitions=3,
+        drop_columns=("__odf_row",),
+    )
+    slices, _ = write_slices(out, str(tmp_path), vocab=VOCAB, max_records_per_slice=700)
+    out.unpersist()
+    assert len(slices) >= 8
+    assert all(s.num_records <= 700 for s in slices)
+    assert slices[0].offset_start == 100 and slices[-1].offset_end == 100 + n - 1
+    for a, b in itertools.pairwise(slices):
+        assert b.offset_start == a.offset_end + 1
+    table = _read_all(slices)
+    assert table["offset"].to_pylist() == list(range(100, 100 + n))
+    expected = sorted(rows, key=lambda r: (r[1], r[3]))
+    assert table["name"].to_pylist() == [r[2] for r in expected]
+
+
+def test_empty_output_still_gives_the_schema(spark: SparkSession, tmp_path: Path) -> None:
+    df = _frame(spark, []).withColumn("event_time", F.col("event_time"))
+    out = with_system_columns(
+        df,
+        [F.col("__odf_row")],
+        vocab=VOCAB,
+        system_time=SYSTEM_TIME,
+        next_offset=0,
+        drop_columns=("__odf_row",),
+    )
+    slices, schema_file = write_slices(out, str(tmp_path), vocab=VOCAB, max_records_per_slice=None)
+    out.unpersist()
+    assert slices == []
+    schema = pq.read_schema(schema_file)
+    assert schema.names == ["offset", "op", "system_time", "event_time", "name"]
+    assert schema.field("event_time").type == pa.timestamp("ms", tz="UTC")
+
+
+def test_date_event_time_and_custom_vocab(spark: SparkSession, tmp_path: Path) -> None:
+    vocab = Vocabulary(offset="off", op="operation", system_time="sys_t", event_time="day")
+    df = spark.createDataFrame(
+        [(0, None, 1, 0, datetime(2024, 2, 3, 10, tzinfo=timezone.utc)), (0, date(2024, 1, 5), 2, 1, None)],
+        f"operation int, day date, v int, __odf_row long, {SOURCE_EVENT_TIME_COLUMN} timestamp",
+    )
+    out = with_system_columns(
+        df,
+        [F.col("day").asc_nulls_first(), F.col("__odf_row")],
+        vocab=vocab,
+        system_time=SYSTEM_TIME,
+        next_offset=0,
+        drop_columns=("__odf_row",),
+    )
+    slices, _ = write_slices(out, str(tmp_path), vocab=vocab, max_records_per_slice=None)
+    out.unpersist()
+    table = _read_all(slices)
+    assert table.schema.names == ["off", "operation", "sys_t", "day", "v"]
+    assert table.schema.field("day").type == pa.date32()
+    assert table.to_pylist()[0]["day"] == date(2024, 1, 5)
+    assert table.to_pylist()[1]["day"] == date(2024, 2, 3)
+    assert slices[0].max_event_time == "2024-02-03T00:00:00.000Z"
+
+
+def test_timestamps_without_zone_become_utc(spark: SparkSession) -> None:
+    df = spark.sql("SELECT TIMESTAMP_NTZ '2024-01-02 03:04:05' AS t, 1 AS x")
+    out = normalize_timestamps(df)
+    assert out.schema["t"].dataType.typeName() == "timestamp"
+    assert out.collect()[0]["t"] == datetime(2024, 1, 2, 3, 4, 5)
