@@ -1,4 +1,4 @@
-"""The `odf` command: inspection and conformance tools over the ODF core (no Airflow, no Spark needed).
+"""The `odf` command: inspection, conformance and workspace tools over the ODF core (no Airflow).
 
 Bad input never shows a traceback: the command prints one line per problem (file, field path,
 what was expected) to stderr and exits with status 2.
@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from airflow_odf.cli_ingest import register as register_data_commands
 from airflow_odf.odf import model
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.flatbuffers_codec import block_hash, decode_block, encode_block
@@ -310,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only remove objects older than this many seconds (protects commits in progress)",
     )
     p.set_defaults(func=cmd_gc)
+    register_data_commands(groups, repo_arg)
     return parser
 
 

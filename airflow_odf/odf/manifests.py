@@ -23,7 +23,7 @@ import yaml
 
 from airflow_odf.odf import model
 from airflow_odf.odf.errors import ManifestError, OdfFormatError, Problem
-from airflow_odf.odf.model_schema import METADATA_EVENT, Kind, TypeSpec, enum_name, fields_of
+from airflow_odf.odf.model_schema import METADATA_EVENT, Kind, TypeSpec, enum_name, fields_of, union_spec
 from airflow_odf.odf.multiformats import DatasetId, Multihash
 from airflow_odf.odf.names import is_dataset_alias
 from airflow_odf.odf.timestamps import Timestamp
@@ -499,6 +499,11 @@ def table_to_plain(obj: Any) -> dict[str, Any]:
         if v is not None:
             out[f.yaml_name] = to_plain(f.type, v)
     return out
+
+
+def union_to_plain(annotation: Any, value: Any) -> dict[str, Any]:
+    """The tagged form (`kind` + fields) of a member of a model union such as `model.ReadStep`."""
+    return {"kind": union_spec(annotation).tag(type(value)), **table_to_plain(value)}
 
 
 def event_to_plain(event: Any) -> dict[str, Any]:

@@ -1,0 +1,503 @@
+"""Root-dataset ingestion, coordinator side: plan, run the engine, hash, commit.
+
+One iteration (DESIGN.md "Data flow of one ingest task"): read the dataset's state from its summary,
+fetch and prepare (polling) or take the given files (push), send the engine one request, hash what it
+wrote (physical SHA3-256, logical arrow-digest), then commit SetDataSchema (first time) and one AddData
+per written slice, moving the head by compare-and-swap. Bad input fails the iteration before anything
+is committed; a polling pull repeats iterations while the source has more.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from airflow_odf.odf import model
+from airflow_odf.odf.chain_rules import ChainState
+from airflow_odf.odf.data_schema import data_schema_from_arrow, data_schema_to_arrow, strip_encoding
+from airflow_odf.odf.dataset import Dataset, StagedObject
+from airflow_odf.odf.ddl_schema import parse_ddl_schema
+from airflow_odf.odf.engine_contract import (
+    BAD_RECORDS_FAIL,
+    IngestRequest,
+    IngestResponse,
+    InputFile,
+    SqlStep,
+    Vocab,
+    schema_from_text,
+    schema_to_text,
+)
+from airflow_odf.odf.engine_runner import EngineRunner
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
+from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
+from airflow_odf.odf.manifests import union_to_plain
+from airflow_odf.odf.prepare import prepare
+from airflow_odf.odf.schema_evolution import SchemaChange, diff_schemas, odf_schema
+from airflow_odf.odf.timestamps import Timestamp
+
+_log = logging.getLogger(__name__)
+ENGINE_EXTRA_KEY = "airflow-provider-odf.dev/engine"
+SHELL_STEPS_ENV = "ODF_ALLOW_SHELL_STEPS"
+_STATEFUL_MERGES = ("Ledger", "Snapshot", "UpsertStream")
+
+
+class IngestError(OdfError):
+    """The ingest was refused; nothing was committed. `kind` is the engine's or the core's reason."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class SchemaMismatchError(IngestError):
+    """A new slice's schema differs from the dataset's; `changes` is the column-level difference."""
+
+    def __init__(self, message: str, changes: list[SchemaChange]) -> None:
+        super().__init__("schema-mismatch", message)
+        self.changes = changes
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    work_dir: Path
+    fetch_uncacheable: bool = False
+    set_watermark: Timestamp | None = None
+    files_per_batch: int = 1
+    max_records_per_slice: int | None = None
+    bad_records: str = BAD_RECORDS_FAIL
+    allow_shell: bool = field(default_factory=lambda: os.environ.get(SHELL_STEPS_ENV) == "1")
+    max_iterations: int | None = None
+    extra: dict[str, Any] | None = None
+    log: Callable[[str], None] = _log.info
+
+
+@dataclass
+class IngestResult:
+    dataset: str
+    dataset_id: str
+    prev_head: str | None
+    new_head: str | None
+    new_blocks: list[str] = field(default_factory=list)
+    records: int = 0
+    quarantined: int = 0
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.new_blocks
+
+    def as_dict(self) -> dict[str, Any]:
+        """The XCom / `--format json` form."""
+        return {
+            "dataset": self.dataset,
+            "dataset_id": self.dataset_id,
+            "prev_head": self.prev_head,
+            "new_head": self.new_head,
+            "new_blocks": list(self.new_blocks),
+            "records": self.records,
+            "up_to_date": self.up_to_date,
+        }
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What stays the same across the iterations of one pull."""
+
+    dataset: Dataset
+    runner: EngineRunner
+    options: IngestOptions
+    result: IngestResult
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    read: Any
+    preprocess: model.TransformSql | None
+    merge: Any
+
+
+def _new_result(alias: str, state: ChainState) -> IngestResult:
+    head = None if state.head is None else str(state.head)
+    return IngestResult(alias, str(state.dataset_id), head, head)
+
+
+def _root_state(dataset: Dataset, alias: str) -> ChainState:
+    state = dataset.state()
+    if state.kind is not model.DatasetKind.ROOT:
+        raise IngestError("not-root", f"{alias} is not a Root dataset: only Root datasets ingest data")
+    return state
+
+
+def pull_polling(
+    dataset: Dataset,
+    alias: str,
+    runner: EngineRunner,
+    options: IngestOptions,
+    *,
+    system_time: Timestamp | None = None,
+) -> IngestResult:
+    """Ingests from the dataset's polling source until it has no more (one AddData group per iteration)."""
+    state = _root_state(dataset, alias)
+    if state.polling_source is None:
+        raise IngestError("no-source", f"{alias} has no active polling source (SetPollingSource)")
+    source = state.polling_source
+    result = _new_result(alias, state)
+    cache_dir = options.work_dir / "fetch" / str(state.dataset_id).removeprefix("did:odf:")
+    fetcher = SourceFetcher(
+        source.fetch,
+        FetchOptions(
+            cache_dir=cache_dir,
+            has_previous_data=state.last_offset is not None,
+            fetch_uncacheable=options.fetch_uncacheable,
+            files_per_batch=options.files_per_batch,
+            allow_shell=options.allow_shell,
+            log=options.log,
+        ),
+    )
+    run = _Run(dataset, runner, options, result)
+    iteration = 0
+    while options.max_iterations is None or iteration < options.max_iterations:
+        iteration += 1
+        now = system_time or Timestamp.now()
+        prev_source_state = state.source_states.get("default")
+        fetched = fetcher.fetch(prev_source_state, now)
+        if fetched.up_to_date and options.set_watermark is None:
+            if fetched.uncacheable:
+                options.log(f"{alias}: source is uncacheable and was ingested before; use fetch_uncacheable")
+            break
+        try:
+            with _operation_dir(options.work_dir) as op_dir:
+                inputs = [
+                    InputFile(
+                        str(prepare(source.prepare or [], f.path, op_dir, allow_shell=options.allow_shell)),
+                        (f.source_event_time or now).isoformat(),
+                    )
+                    for f in fetched.files
+                ]
+                src = _Source("default", source.read, source.preprocess, source.merge)
+                state = _run_and_commit(run, state, src, inputs, fetched.new_source_state, now, op_dir)
+        finally:
+            for f in fetched.files:  # downloads, not the user's own files (file://, FilesGlob)
+                if f.path.is_relative_to(cache_dir):
+                    f.path.unlink(missing_ok=True)
+        if not fetched.has_more:
+            break
+    return result
+
+
+def push_ingest(
+    dataset: Dataset,
+    alias: str,
+    runner: EngineRunner,
+    files: Sequence[Path],
+    options: IngestOptions,
+    *,
+    source_name: str | None = None,
+    event_time: Timestamp | None = None,
+    system_time: Timestamp | None = None,
+) -> IngestResult:
+    """Ingests the given files through one of the dataset's push sources (AddPushSource)."""
+    state = _root_state(dataset, alias)
+    push = _push_source(state, alias, source_name)
+    result = _new_result(alias, state)
+    now = system_time or Timestamp.now()
+    for path in files:
+        if not Path(path).is_file():
+            raise IngestError("bad-input", f"{path}: no such file to ingest")
+    with _operation_dir(options.work_dir) as op_dir:
+        inputs = [InputFile(str(p), (event_time or now).isoformat()) for p in files]
+        src = _Source(push.source_name, push.read, push.preprocess, push.merge)
+        _run_and_commit(_Run(dataset, runner, options, result), state, src, inputs, None, now, op_dir)
+    return result
+
+
+def push_ingest_bytes(
+    dataset: Dataset,
+    alias: str,
+    runner: EngineRunner,
+    data: bytes,
+    options: IngestOptions,
+    **kwargs: Any,
+) -> IngestResult:
+    """Ingests in-memory data (spilled to a file first, as the reference does)."""
+    with _operation_dir(options.work_dir) as spill_dir:
+        path = spill_dir / "input-data"
+        path.write_bytes(data)
+        return push_ingest(dataset, alias, runner, [path], options, **kwargs)
+
+
+def _push_source(state: ChainState, alias: str, source_name: str | None) -> model.AddPushSource:
+    sources = state.push_sources
+    if source_name is not None:
+        if source_name not in sources:
+            known = ", ".join(sorted(sources)) or "none"
+            raise IngestError(
+                "no-source", f"{alias} has no push source {source_name!r} (push sources: {known})"
+            )
+        return sources[source_name]
+    if not sources:
+        raise IngestError("no-source", f"{alias} has no push source (AddPushSource)")
+    if len(sources) > 1:
+        raise IngestError(
+            "no-source", f"{alias} has several push sources ({', '.join(sorted(sources))}): name one"
+        )
+    return next(iter(sources.values()))
+
+
+class _operation_dir:
+    """A fresh scratch directory for one engine run, removed afterwards whatever happens."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.path = work_dir / "operations" / uuid.uuid4().hex
+
+    def __enter__(self) -> Path:
+        self.path.mkdir(parents=True)
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _read_schema(read: Any, alias: str) -> str | None:
+    try:
+        if getattr(read, "schema", None) is not None:
+            return schema_to_text(data_schema_to_arrow(read.schema))
+        if getattr(read, "ddl_schema", None):
+            return schema_to_text(data_schema_to_arrow(parse_ddl_schema(read.ddl_schema)))
+    except OdfError as e:
+        raise IngestError("bad-schema", f"{alias}: read.schema: {e}") from None
+    return None
+
+
+def _sql_steps(sql: model.TransformSql | None) -> list[SqlStep] | None:
+    if sql is None:
+        return None
+    if sql.queries:
+        return [SqlStep(q.query, q.alias) for q in sql.queries]
+    return [SqlStep(sql.query or "")]
+
+
+def _vocab(state: ChainState) -> Vocab:
+    v = state.vocab or model.SetVocab()
+    defaults = Vocab()
+    return Vocab(
+        v.offset_column or defaults.offset_column,
+        v.operation_type_column or defaults.operation_type_column,
+        v.system_time_column or defaults.system_time_column,
+        v.event_time_column or defaults.event_time_column,
+    )
+
+
+def _previous_slices(dataset: Dataset, state: ChainState, op_dir: Path) -> list[str]:
+    """Local paths of all previous data slices, oldest first (for rebuilding a merge state)."""
+    if state.last_offset is None:
+        return []
+    hashes = [
+        block.event.new_data.physical_hash
+        for _, block in dataset.iter_blocks(state.head)
+        if isinstance(block.event, model.AddData) and block.event.new_data is not None
+    ]
+    return [_local_object(dataset, f"data/{h}", op_dir) for h in reversed(hashes)]
+
+
+def _merge_checkpoint(dataset: Dataset, state: ChainState, op_dir: Path) -> str | None:
+    """The current checkpoint, if it holds the merge state as of the last data.
+
+    Our ingests put the checkpoint on the block with the last slice; data added later without one (by
+    another tool) makes it stale, and the engine then rebuilds the state from the slices.
+    """
+    if state.checkpoint is None:
+        return None
+    for _, block in dataset.iter_blocks(state.head):
+        event = block.event
+        if isinstance(event, model.AddData) and event.new_data is not None:
+            if event.new_checkpoint != state.checkpoint:
+                return None
+            break
+    return _local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
+
+
+def _local_object(dataset: Dataset, key: str, op_dir: Path) -> str:
+    local = dataset.store.local_path(key)
+    if local is not None:
+        return str(local)
+    path = op_dir / "objects" / key.replace("/", "_")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(dataset.store.get(key))
+    return str(path)
+
+
+def _run_and_commit(
+    run: _Run,
+    state: ChainState,
+    source: _Source,
+    inputs: list[InputFile],
+    new_source_state: model.SourceState | None,
+    system_time: Timestamp,
+    op_dir: Path,
+) -> ChainState:
+    dataset, runner, options, result = run.dataset, run.runner, run.options, run.result
+    alias = result.dataset
+    if state.system_time is not None and system_time < state.system_time:
+        system_time = state.system_time  # the chain's time may not go back; rows and block share it
+    merge_plain = union_to_plain(model.MergeStrategy, source.merge)
+    stateful = merge_plain["kind"] in _STATEFUL_MERGES
+    response = IngestResponse()
+    if inputs:
+        request = IngestRequest(
+            operation_id=op_dir.name,
+            dataset_id=str(state.dataset_id),
+            dataset_alias=alias,
+            system_time=system_time.isoformat(),
+            next_offset=0 if state.last_offset is None else state.last_offset + 1,
+            inputs=inputs,
+            read=union_to_plain(model.ReadStep, source.read),
+            merge=merge_plain,
+            out_dir=str(op_dir / "out"),
+            vocab=_vocab(state),
+            read_schema=_read_schema(source.read, alias),
+            preprocess=_sql_steps(source.preprocess),
+            dataset_schema=(
+                schema_to_text(data_schema_to_arrow(odf_schema(state.schema))) if state.schema else None
+            ),
+            prev_checkpoint_path=_merge_checkpoint(dataset, state, op_dir) if stateful else None,
+            prev_data_paths=_previous_slices(dataset, state, op_dir) if stateful else [],
+            prev_watermark=state.watermark.isoformat() if state.watermark else None,
+            max_records_per_slice=options.max_records_per_slice,
+            bad_records=options.bad_records,
+        )
+        response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
+        if response.error is not None:
+            raise IngestError(response.error.kind, f"{alias}: {response.error.message}")
+        if response.num_quarantined:
+            options.log(f"{alias}: {response.num_quarantined} bad record(s) quarantined in the operation")
+            result.quarantined += response.num_quarantined
+    events, objects = _events(state, response, new_source_state, options, alias)
+    if not events:
+        return state
+    commit = dataset.commit(events, system_time=system_time, expected_head=state.head, objects=objects)
+    result.new_head = str(commit.new_head)
+    result.new_blocks += [str(h) for h in commit.new_blocks]
+    result.records += response.num_records
+    options.log(f"{alias}: committed {len(commit.new_blocks)} block(s), {response.num_records} record(s)")
+    return commit.state
+
+
+def _events(
+    state: ChainState,
+    response: IngestResponse,
+    new_source_state: model.SourceState | None,
+    options: IngestOptions,
+    alias: str,
+) -> tuple[list[Any], list[StagedObject]]:
+    """SetDataSchema (first time) and the AddData blocks for what the engine wrote; [] if nothing changed."""
+    events: list[Any] = []
+    objects: list[StagedObject] = []
+    if response.output_schema is not None:
+        slice_schema = strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
+        if state.schema is None:
+            events.append(model.SetDataSchema(schema=slice_schema))
+        else:
+            _check_slice_schema(odf_schema(state.schema), slice_schema, response, alias)
+    watermark = state.watermark
+    prev_offset = state.last_offset
+    prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint else None
+    extra = {ENGINE_EXTRA_KEY: response.engine, **(options.extra or {})} if response.engine else options.extra
+    checkpoint = None
+    if response.new_checkpoint_path:
+        path = Path(response.new_checkpoint_path)
+        checkpoint = model.Checkpoint(physical_hash=physical_hash_of_file(path), size=path.stat().st_size)
+        objects.append(StagedObject(f"checkpoints/{checkpoint.physical_hash}", path))
+    slices = response.slices
+    for i, written in enumerate(slices):
+        path = Path(written.path)
+        physical = physical_hash_of_file(path)
+        objects.append(StagedObject(f"data/{physical}", path))
+        if written.max_event_time is not None:
+            watermark = _max(watermark, Timestamp.parse(written.max_event_time))
+        last = i == len(slices) - 1
+        events.append(
+            model.AddData(
+                prev_checkpoint=prev_checkpoint,
+                prev_offset=prev_offset,
+                new_data=model.DataSlice(
+                    logical_hash=logical_hash_of_parquet(path),
+                    physical_hash=physical,
+                    offset_interval=model.OffsetInterval(start=written.offset_start, end=written.offset_end),
+                    size=path.stat().st_size,
+                ),
+                new_checkpoint=checkpoint if last else None,
+                new_watermark=_final_watermark(watermark, options) if last else watermark,
+                new_source_state=new_source_state if last else None,
+                extra=extra,
+            )
+        )
+        prev_offset = written.offset_end
+    if not slices:
+        new_watermark = _final_watermark(watermark, options)
+        source_changed = (
+            new_source_state is not None
+            and state.source_states.get(new_source_state.source_name) != new_source_state
+        )
+        if new_watermark != state.watermark or source_changed:
+            events.append(
+                model.AddData(
+                    prev_checkpoint=prev_checkpoint,
+                    prev_offset=prev_offset,
+                    new_watermark=new_watermark,
+                    new_source_state=new_source_state if source_changed else None,
+                    extra=extra,
+                )
+            )
+    return events, objects
+
+
+def _max(a: Timestamp | None, b: Timestamp) -> Timestamp:
+    return b if a is None or b > a else a
+
+
+def _final_watermark(computed: Timestamp | None, options: IngestOptions) -> Timestamp | None:
+    """`--set-watermark` wins when it does not move the watermark back (it may not: monotonic)."""
+    if options.set_watermark is None:
+        return computed
+    return _max(computed, options.set_watermark)
+
+
+def _check_slice_schema(
+    dataset_schema: model.DataSchema, slice_schema: model.DataSchema, response: IngestResponse, alias: str
+) -> None:
+    """The slice must have the dataset's schema; a slice column may be stricter (never null) than declared,
+    and a column declared required may be optional in the file if the file holds no null in it."""
+    changes = []
+    for change in diff_schemas(dataset_schema, slice_schema):
+        if change.rule == "became-required":
+            continue
+        if change.rule == "became-optional" and _no_nulls(response, change.column):
+            continue
+        changes.append(change)
+    if changes:
+        lines = "; ".join(f"{c.column}: {c.rule} ({c.old or '-'} -> {c.new or '-'})" for c in changes)
+        raise SchemaMismatchError(
+            f"{alias}: the new data does not have the dataset's schema and was not committed: {lines}",
+            changes,
+        )
+
+
+def _no_nulls(response: IngestResponse, column: str) -> bool:
+    for written in response.slices:
+        meta = pq.ParquetFile(written.path).metadata
+        idx = meta.schema.to_arrow_schema().get_field_index(column)
+        for rg in range(meta.num_row_groups):
+            stats = meta.row_group(rg).column(idx).statistics
+            if stats is None or stats.null_count is None or stats.null_count > 0:
+                return False
+    return True
