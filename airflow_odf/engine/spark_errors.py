@@ -1,0 +1,34 @@
+"""Spark's errors made readable: the condition and message a user can act on, without the JVM stack trace."""
+
+from __future__ import annotations
+
+import re
+
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
+
+_MAX_LINES = 12
+_POSITION = re.compile(r"; line (\d+) pos (\d+)")
+
+
+def spark_error_summary(exc: BaseException) -> str:
+    """The first meaningful lines of a Spark error: `[CONDITION] message`, the SQL position and snippet."""
+    if isinstance(exc, PySparkException):
+        text = str(exc)
+        message = (exc.getMessage() or text).strip()
+        position = _POSITION.search(text)
+        if position:
+            message += f" (line {position.group(1)}, position {position.group(2)})"
+        snippet_at = text.find("== SQL")
+        if snippet_at >= 0:
+            snippet = text[snippet_at:].split("JVM stacktrace:")[0].strip()
+            message += "\n" + "\n".join(snippet.splitlines()[:_MAX_LINES])
+        return message
+    if isinstance(exc, Py4JJavaError):
+        return str(exc.java_exception.getMessage() or exc.java_exception.toString()).strip()
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def spark_error_condition(exc: BaseException) -> str | None:
+    """Spark's stable error condition (e.g. `PATH_NOT_FOUND`), if the error has one."""
+    return exc.getCondition() if isinstance(exc, PySparkException) else None
