@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pyspark
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -27,7 +28,7 @@ from pyspark.sql import types as T
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.merge import ROW_COLUMN, load_state, merge, next_state, write_state
 from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
-from airflow_odf.engine.readers import LINE_FORMATS, read_input
+from airflow_odf.engine.readers import BAD_RECORD_MARK, LINE_FORMATS, read_input
 from airflow_odf.engine.session import get_session
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
@@ -56,9 +57,24 @@ def run_ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         response = _ingest(spark, request)
     except EngineInputError as e:
         response = {"error": {"kind": e.kind, "message": e.message}}
-    except PySparkException as e:
+    except (PySparkException, Py4JJavaError) as e:
         response = {"error": {"kind": "engine", "message": _first_lines(str(e))}}
+        if BAD_RECORD_MARK in str(e):
+            response = _locate_bad_records(spark, request) or response
+    finally:
+        spark.catalog.clearCache()  # the job's cached frames (read input, sorted output)
     return {"version": CONTRACT_VERSION, "engine": engine_info(), **response}
+
+
+def _locate_bad_records(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any] | None:
+    """After a job met a broken record: read the inputs again with the full check, to name file and line."""
+    schema = _schema(request.get("read_schema"))
+    try:
+        for item in request["inputs"]:
+            read_input(spark, request["read"], [item["path"]], schema)
+    except EngineInputError as e:
+        return {"error": {"kind": e.kind, "message": e.message}}
+    return None
 
 
 def _first_lines(text: str, limit: int = 6) -> str:
@@ -98,6 +114,7 @@ def _read_inputs(
             bad_records=request.get("bad_records", "fail"),
             quarantine_dir=os.path.join(request["out_dir"], "quarantine"),
             file_column=_FILE_COLUMN if batch else None,
+            defer_check=True,
         )
         quarantined += result.num_quarantined
         if result.df is None:
@@ -159,7 +176,7 @@ def _with_event_time(df: DataFrame, vocab: Vocabulary, dataset_schema: pa.Schema
 def _num_partitions(spark: SparkSession, request: dict[str, Any]) -> int:
     """One sorted partition (and so at least one slice) per `target_slice_bytes` of input."""
     size = sum(os.path.getsize(i["path"]) for i in request["inputs"] if os.path.isfile(i["path"]))
-    target = max(1, request.get("target_slice_bytes") or 128 * 1024 * 1024)
+    target = max(1, request.get("target_slice_bytes") or 1024 * 1024 * 1024)
     return max(1, min(-(-size // target), 4 * spark.sparkContext.defaultParallelism))
 
 
@@ -192,25 +209,24 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         num_partitions=_num_partitions(spark, request),
         drop_columns=(ROW_COLUMN,),
     )
-    try:
-        slices, schema_file = write_slices(
-            output,
-            request["out_dir"],
-            vocab=vocab,
-            max_records_per_slice=request.get("max_records_per_slice"),
-        )
-        schema = pq.read_schema(schema_file).remove_metadata()
-        response["output_schema"] = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-        response["slices"] = [s.__dict__ for s in slices]
-        ets = [s.max_event_time for s in slices if s.max_event_time]
-        response["max_event_time"] = max(ets, key=_timestamp) if ets else None
-        new_state = next_state(strategy, state, output, vocab=vocab.as_dict()) if slices else None
+    slices, schema_file = write_slices(
+        output,
+        request["out_dir"],
+        vocab=vocab,
+        max_records_per_slice=request.get("max_records_per_slice"),
+    )
+    schema = pq.read_schema(schema_file).remove_metadata()
+    response["output_schema"] = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+    response["slices"] = [s.__dict__ for s in slices]
+    ets = [s.max_event_time for s in slices if s.max_event_time]
+    response["max_event_time"] = max(ets, key=_timestamp) if ets else None
+    if slices:  # the state folds in what was written: read back from the slices, not recomputed
+        written = spark.read.parquet(*[s.path for s in slices])
+        new_state = next_state(strategy, state, written, vocab=vocab.as_dict())
         if new_state is not None:
             path = os.path.join(request["out_dir"], "checkpoint.parquet")
             write_state(new_state, path, strategy)
             response["new_checkpoint_path"] = path
-    finally:
-        output.unpersist()
     return response
 
 

@@ -7,9 +7,10 @@ or no frame at all. Where the reference is weak this reader does better: a JSON
 and line (or skipped into a quarantine file) instead of a parser error without a position. CSV records are
 one per line, as in the reference, so that large files are parsed in parallel splits.
 
-Broken records are found in one pass: text formats are read PERMISSIVE with a corrupt-record column, the
-parsed frame is persisted (the rest of the job reads it again anyway) and its broken rows counted. Only
-when there are some are the files scanned in Python, to give each one its line number.
+Text formats are read PERMISSIVE with a corrupt-record column. The ingest job defers the check: a broken
+record raises an error as the job consumes it (no extra pass), and only then are the inputs read again
+with the full check — the parsed frame persisted and its broken rows counted — and the files scanned in
+Python to give each broken record its line number. Quarantine always takes the full check.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
 BAD_RECORDS_FAIL = "fail"
 BAD_RECORDS_QUARANTINE = "quarantine"
 QUARANTINE_FILE = "bad-records.jsonl"
+BAD_RECORD_MARK = "ODF_BROKEN_INPUT_RECORD"  # in the error of a job that met a broken record (defer_check)
 CORRUPT_COLUMN = "__odf_corrupt_record"
 _FILE_COLUMN = "__odf_file"
 _PLACEHOLDER = "__odf_placeholder"
@@ -95,11 +97,16 @@ def read_input(
     bad_records: str = BAD_RECORDS_FAIL,
     quarantine_dir: str | None = None,
     file_column: str | None = None,
+    defer_check: bool = False,
 ) -> ReadResult:
     """Reads `paths` as the ODF ReadStep `read` (manifest JSON form), applying the declared `schema`.
 
     `file_column` (line formats only: Csv, NdJson) keeps each record's local file path in that column,
     so that one read of many files still knows which file a record came from.
+
+    `defer_check` (with `bad_records="fail"`) skips the separate pass that looks for broken records: the
+    records are checked as the job consumes them, and the first broken one fails the job with an error
+    holding BAD_RECORD_MARK; the caller then reads again without deferring to name file and line.
     """
     if bad_records not in (BAD_RECORDS_FAIL, BAD_RECORDS_QUARANTINE):
         raise EngineInputError(
@@ -121,7 +128,13 @@ def read_input(
         return ReadResult(spark.createDataFrame([], struct) if struct is not None else None)
     try:
         parsed = reader(spark, read, present, struct)
-        df, num_bad, quarantine_path = _set_aside_bad_records(parsed, bad_records, quarantine_dir, paths)
+        if defer_check and bad_records == BAD_RECORDS_FAIL and CORRUPT_COLUMN in parsed.df.columns:
+            broken = F.col(CORRUPT_COLUMN).isNotNull()
+            check = F.when(broken, F.raise_error(F.lit(BAD_RECORD_MARK))).otherwise(F.lit(True))
+            df = parsed.df.filter(check)
+            df, num_bad, quarantine_path = df.drop(CORRUPT_COLUMN, _PLACEHOLDER), 0, None
+        else:
+            df, num_bad, quarantine_path = _set_aside_bad_records(parsed, bad_records, quarantine_dir, paths)
         if file_column is not None:
             local = F.url_decode(F.regexp_replace(F.col(_FILE_COLUMN), "^file:(//)?", ""))
             df = df.withColumn(file_column, local)

@@ -88,9 +88,10 @@ def with_system_columns(
 ) -> DataFrame:
     """The final rows: event time coalesced with the source's, one system time, contiguous offsets.
 
-    `num_partitions` range partitions are sorted in parallel; each becomes at least one slice file.
-    The result is persisted (it is counted, written and folded into the merge state); the caller
-    unpersists it when done.
+    `num_partitions` range partitions are sorted in parallel; each becomes at least one slice file (a
+    frame that is already one partition is sorted in place, without a shuffle). The sorted rows are
+    persisted — they are counted, written and folded into the merge state — until the job clears the
+    session's cache.
     """
     et = F.col(f"`{vocab.event_time}`")
     if SOURCE_EVENT_TIME_COLUMN in df.columns:
@@ -99,13 +100,17 @@ def with_system_columns(
             source_et = F.to_date(source_et)
         et = F.coalesce(et, source_et)
     df = df.withColumn(vocab.event_time, et)
-    df = df.repartitionByRange(max(1, num_partitions), *sort_columns)
+    if num_partitions > 1 or df.rdd.getNumPartitions() > 1:
+        df = df.repartitionByRange(max(1, num_partitions), *sort_columns)
     ordered = df.sortWithinPartitions(*sort_columns).withColumn(_PARTITION, F.spark_partition_id())
     ordered = ordered.withColumn(
         _POSITION,
         F.monotonically_increasing_id() - F.shiftleft(F.col(_PARTITION).cast("long"), 33),
-    ).persist(StorageLevel.MEMORY_AND_DISK)
-    counts = dict(ordered.groupBy(_PARTITION).count().collect())
+    )
+    counts = {0: 0}  # one partition: its base is the next offset, no counting pass needed
+    if num_partitions > 1:
+        ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
+        counts = dict(ordered.groupBy(_PARTITION).count().collect())
     base, bases = next_offset, {}
     for partition in sorted(counts):
         bases[partition] = base
@@ -125,9 +130,6 @@ def with_system_columns(
         F.col(f"`{vocab.event_time}`"),
         *data_columns,
     )
-    result = result.persist(StorageLevel.MEMORY_AND_DISK)
-    result.count()
-    ordered.unpersist()
     return result
 
 

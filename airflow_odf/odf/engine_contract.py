@@ -82,7 +82,7 @@ class IngestRequest:
     prev_data_paths: list[str] = field(default_factory=list)  # all previous slices, oldest first
     prev_watermark: str | None = None
     max_records_per_slice: int | None = None  # a slice (file, AddData block) holds at most this many
-    target_slice_bytes: int = 128 * 1024 * 1024  # input bytes per slice written in parallel
+    target_slice_bytes: int = 1024 * 1024 * 1024  # input bytes per sorted partition (at least one slice)
     bad_records: str = BAD_RECORDS_FAIL  # or BAD_RECORDS_QUARANTINE
     version: int = CONTRACT_VERSION
 

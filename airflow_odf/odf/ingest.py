@@ -73,6 +73,7 @@ class IngestOptions:
     set_watermark: Timestamp | None = None
     files_per_batch: int = 1
     max_records_per_slice: int | None = None
+    target_slice_bytes: int = 1024 * 1024 * 1024
     bad_records: str = BAD_RECORDS_FAIL
     allow_shell: bool = field(default_factory=lambda: os.environ.get(SHELL_STEPS_ENV) == "1")
     max_iterations: int | None = None
@@ -373,6 +374,7 @@ def _run_and_commit(
             prev_data_paths=_previous_slices(dataset, state, op_dir) if stateful else [],
             prev_watermark=state.watermark.isoformat() if state.watermark else None,
             max_records_per_slice=options.max_records_per_slice,
+            target_slice_bytes=options.target_slice_bytes,
             bad_records=options.bad_records,
         )
         response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))

@@ -22,7 +22,14 @@ from airflow_odf.odf import model
 from airflow_odf.odf.data_access import read_slice
 from airflow_odf.odf.dataset import Dataset, StagedObject
 from airflow_odf.odf.fetch import SourceNotFoundError, SourceUnreachableError
-from airflow_odf.odf.ingest import IngestError, IngestOptions, SchemaMismatchError, pull_polling, push_ingest
+from airflow_odf.odf.ingest import (
+    IngestError,
+    IngestOptions,
+    SchemaMismatchError,
+    pull_polling,
+    push_ingest,
+    push_ingest_bytes,
+)
 from airflow_odf.odf.integrity import verify_integrity
 from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
 from airflow_odf.odf.repository import Repository
@@ -462,3 +469,45 @@ def test_url_source_200_304_404_500(repo: Repository, runner: LocalSparkRunner, 
         )
     finally:
         server.httpd.shutdown()
+
+
+def test_named_push_sources_bytes_and_watermark(
+    repo: Repository, runner: LocalSparkRunner, tmp_path: Path
+) -> None:
+    read = model.ReadStepNdJson(ddl_schema=["event_time TIMESTAMP", "v BIGINT"])
+    sources = [
+        model.AddPushSource(source_name=name, read=read, merge=model.MergeStrategyAppend())
+        for name in ("a", "b")
+    ]
+    repo.add(
+        model.DatasetSnapshot(name="multi", kind=model.DatasetKind.ROOT, metadata=sources), system_time=T0
+    )
+    dataset = repo.dataset("multi")
+    data = b'{"event_time": "2024-02-01T00:00:00Z", "v": 1}\n'
+    with pytest.raises(IngestError, match="several push sources"):
+        push_ingest_bytes(dataset, "multi", runner, data, _options(tmp_path), system_time=T1)
+    with pytest.raises(IngestError, match="no push source 'c'"):
+        push_ingest_bytes(dataset, "multi", runner, data, _options(tmp_path), source_name="c", system_time=T1)
+    result = push_ingest_bytes(
+        dataset, "multi", runner, data, _options(tmp_path), source_name="b", system_time=T1
+    )
+    assert result.records == 1
+    assert _events(dataset)[-1].new_watermark == Timestamp.parse("2024-02-01T00:00:00Z")
+    # a watermark alone: an AddData without data, only when it moves forward
+    late = Timestamp.parse("2024-02-10T00:00:00Z")
+    source = model.SetPollingSource(
+        fetch=model.FetchStepFilesGlob(path=str(tmp_path / "none-*.json")),
+        read=read,
+        merge=model.MergeStrategyAppend(),
+    )
+    repo.add(
+        model.DatasetSnapshot(name="multi", kind=model.DatasetKind.ROOT, metadata=[source]), system_time=T1
+    )
+    (tmp_path / "none-1.json").write_bytes(data)
+    pull_polling(dataset, "multi", runner, _options(tmp_path), system_time=T2)
+    moved = pull_polling(dataset, "multi", runner, _options(tmp_path, set_watermark=late), system_time=T3)
+    event = _events(dataset)[-1]
+    assert len(moved.new_blocks) == 1 and event.new_data is None and event.new_watermark == late
+    assert pull_polling(
+        dataset, "multi", runner, _options(tmp_path, set_watermark=late), system_time=T3
+    ).up_to_date
