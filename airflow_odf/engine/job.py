@@ -200,8 +200,11 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         vocab=vocab.as_dict(),
     )
     merged = merge(strategy, new, state, vocab=vocab.as_dict())
+    # joins may move key columns first: the data columns keep the order the input gives them
+    ordered = [c for c in new.columns if c in merged.data.columns]
+    data = merged.data.select(*ordered, *[c for c in merged.data.columns if c not in ordered])
     output = with_system_columns(
-        merged.data,
+        data,
         merged.sort_columns,
         vocab=vocab,
         system_time=_timestamp(request["system_time"]),

@@ -511,3 +511,27 @@ def test_named_push_sources_bytes_and_watermark(
     assert pull_polling(
         dataset, "multi", runner, _options(tmp_path, set_watermark=late), system_time=T3
     ).up_to_date
+
+
+@pytest.mark.parametrize(
+    "merge",
+    [
+        model.MergeStrategyLedger(primary_key=["id"]),
+        model.MergeStrategyUpsertStream(primary_key=["id"]),
+        model.MergeStrategySnapshot(primary_key=["id"]),
+    ],
+    ids=["ledger", "upsert", "snapshot"],
+)
+def test_keyed_merges_keep_the_column_order(
+    repo: Repository, runner: LocalSparkRunner, tmp_path: Path, merge: Any
+) -> None:
+    """Joins put key columns first; the slices must keep the dataset's column order all the same."""
+    read = model.ReadStepCsv(header=True, ddl_schema=["name STRING", "id BIGINT"])
+    dataset = _push_dataset(repo, "keyed", read, merge)
+    opts = _options(tmp_path)
+    push_ingest(dataset, "keyed", runner, [_csv(tmp_path / "1.csv", "name,id\na,1\n")], opts, system_time=T1)
+    result = push_ingest(
+        dataset, "keyed", runner, [_csv(tmp_path / "2.csv", "name,id\na,1\nb,2\n")], opts, system_time=T2
+    )
+    assert result.records == 1
+    assert list(_rows(dataset)[-1]) == ["offset", "op", "system_time", "event_time", "name", "id"]
