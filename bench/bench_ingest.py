@@ -81,7 +81,7 @@ def _push_dataset(repo: Repository, name: str, read: object, merge: object) -> D
     return repo.dataset(name)
 
 
-def bench_csv(work: Path, rows: int, runner: LocalSparkRunner) -> None:
+def bench_csv(work: Path, rows: int, runner: LocalSparkRunner, target_slice_bytes: int) -> None:
     spark = get_session("local[*]")
     csv = work / "trades.csv"
     t0 = time.perf_counter()
@@ -102,7 +102,9 @@ def bench_csv(work: Path, rows: int, runner: LocalSparkRunner) -> None:
         repo = _repo(work / f"repo-{attempt}")
         read = model.ReadStepCsv(header=True, ddl_schema=DDL)
         dataset = _push_dataset(repo, "trades", read, model.MergeStrategyAppend())
-        options = IngestOptions(work_dir=work / f"cache-{attempt}", log=lambda _line: None)
+        options = IngestOptions(
+            work_dir=work / f"cache-{attempt}", target_slice_bytes=target_slice_bytes, log=lambda _line: None
+        )
         t0 = time.perf_counter()
         result = push_ingest(dataset, "trades", runner, [csv], options)
         results["ingest"].append(time.perf_counter() - t0)
@@ -156,6 +158,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--snapshot-rows", type=int, default=1_000_000)
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
+    parser.add_argument("--target-slice-mb", type=int, default=1024, help="(a): input MB per sorted range")
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     print(
@@ -166,7 +169,7 @@ def main() -> None:
     get_session("local[*]", {"spark.driver.memory": "6g"})
     try:
         if args.case in ("csv", "all"):
-            bench_csv(work, args.rows, runner)
+            bench_csv(work, args.rows, runner, args.target_slice_mb * 1024 * 1024)
         if args.case in ("snapshot", "all"):
             bench_snapshot(work, args.snapshot_rows, runner)
     finally:
