@@ -19,11 +19,10 @@ from airflow_odf.odf.errors import BlockDecodeError
 from airflow_odf.odf.flatbuffers_codec import decode_block, encode_block, encode_table
 from airflow_odf.odf.manifests import load_manifests, manifest_to_plain, read_single
 from airflow_odf.odf.timestamps import Timestamp
+from tests.paths import CONFORMANCE_BLOCKS as BLOCKS
+from tests.paths import UPSTREAM
 
 ODF = Path(sys.executable).parent / "odf"
-SHARED = Path(__file__).resolve().parents[2].parent / "shared"
-BLOCKS = SHARED / "conformance" / "blocks"
-UPSTREAM = SHARED / "reference" / "upstream"
 
 
 def _cases() -> list[dict]:
