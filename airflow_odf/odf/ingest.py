@@ -68,6 +68,11 @@ class SchemaMismatchError(IngestError):
 
 @dataclass(frozen=True)
 class IngestOptions:
+    """How to ingest: scratch space, fetch switches, slicing and the broken-record policy.
+
+    `extra` is recorded in every AddData's `extra` attributes (e.g. the Airflow run that committed it).
+    """
+
     work_dir: Path
     fetch_uncacheable: bool = False
     set_watermark: Timestamp | None = None
