@@ -1,6 +1,6 @@
-"""The ingest job: one engine request in, one response out (docs/engine-contract.md).
+"""The engine job: one request (ingest, or transform: see transform_job) in, one response out.
 
-Runs in-process on a local SparkSession (`run_ingest`) or as the application of `spark-submit`
+Runs in-process on a local SparkSession (`run_request`) or as the application of `spark-submit`
 (`python job.py --request R --response S`). Bad input never escapes as a traceback: it is answered with
 an error in the response, and nothing is left for the core to commit.
 """
@@ -13,7 +13,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from typing import Any
 
 import pyarrow as pa
@@ -30,10 +29,12 @@ from airflow_odf.engine.merge import ROW_COLUMN, load_state, merge, next_state, 
 from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
 from airflow_odf.engine.readers import BAD_RECORD_MARK, LINE_FORMATS, read_input
 from airflow_odf.engine.session import get_session
+from airflow_odf.engine.transform_job import transform
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
     Vocabulary,
     normalize_timestamps,
+    parse_time,
     with_system_columns,
     write_slices,
 )
@@ -47,14 +48,15 @@ def engine_info() -> dict[str, str]:
     return {"name": "spark", "version": pyspark.__version__}
 
 
-def run_ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    """Executes an ingest request; returns the response (with `error` set on bad input)."""
+def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    """Executes an ingest or transform request (`kind`); returns the response, `error` set on bad input."""
+    handler = transform if request.get("kind") == "transform" else _ingest
     try:
         if request.get("version") != CONTRACT_VERSION:
             raise EngineInputError(
                 "contract", f"request version {request.get('version')!r}, expected {CONTRACT_VERSION}"
             )
-        response = _ingest(spark, request)
+        response = handler(spark, request)
     except EngineInputError as e:
         response = {"error": {"kind": e.kind, "message": e.message}}
     except (PySparkException, Py4JJavaError) as e:
@@ -84,10 +86,6 @@ def _first_lines(text: str, limit: int = 6) -> str:
 
 def _schema(text: str | None) -> pa.Schema | None:
     return None if text is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-
-
-def _timestamp(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
 
 
 def _read_inputs(
@@ -143,7 +141,7 @@ def _tag_rows(df: DataFrame, group: list[dict[str, Any]], *, first_index: int, b
 
     def literal_time(item: dict[str, Any]) -> Column:
         et = item.get("source_event_time")
-        return F.lit(_timestamp(et) if et else None).cast(T.TimestampType())
+        return F.lit(parse_time(et) if et else None).cast(T.TimestampType())
 
     position = F.monotonically_increasing_id()
     if not by_file:
@@ -207,7 +205,7 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         data,
         merged.sort_columns,
         vocab=vocab,
-        system_time=_timestamp(request["system_time"]),
+        system_time=parse_time(request["system_time"]),
         next_offset=request["next_offset"],
         num_partitions=_num_partitions(spark, request),
         drop_columns=(ROW_COLUMN,),
@@ -222,7 +220,7 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     response["output_schema"] = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
     response["slices"] = [s.__dict__ for s in slices]
     ets = [s.max_event_time for s in slices if s.max_event_time]
-    response["max_event_time"] = max(ets, key=_timestamp) if ets else None
+    response["max_event_time"] = max(ets, key=parse_time) if ets else None
     if slices:  # the state folds in what was written: read back from the slices, not recomputed
         written = spark.read.parquet(*[s.path for s in slices])
         new_state = next_state(strategy, state, written, vocab=vocab.as_dict())
@@ -240,7 +238,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.request, encoding="utf-8") as f:
         request = json.load(f)
-    response = run_ingest(get_session(), request)
+    response = run_request(get_session(), request)
     with open(args.response, "w", encoding="utf-8") as f:
         json.dump(response, f, indent=1)
     return 0

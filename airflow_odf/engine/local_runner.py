@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from airflow_odf.engine.job import run_ingest
+from airflow_odf.engine.job import run_request
 from airflow_odf.engine.session import get_session
 
 
@@ -18,4 +18,4 @@ class LocalSparkRunner:
 
     def run(self, request_json: str, work_dir: Path) -> str:
         spark = get_session(self.master, self.conf)
-        return json.dumps(run_ingest(spark, json.loads(request_json)))
+        return json.dumps(run_request(spark, json.loads(request_json)))

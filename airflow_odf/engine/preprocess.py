@@ -34,12 +34,23 @@ _DEFAULT_VOCAB = {
 
 def run_queries(spark: SparkSession, df: DataFrame, steps: list[dict[str, Any]]) -> DataFrame:
     """Runs the preprocess SQL steps over `df` (view `input`) and returns the last step's result."""
+    return run_sql(spark, {INPUT_VIEW: df}, steps, "preprocess")
+
+
+def run_sql(
+    spark: SparkSession, views: dict[str, DataFrame], steps: list[dict[str, Any]], what: str
+) -> DataFrame:
+    """Runs SQL `steps` in order over the named `views` (names with dots work); the last is the result.
+
+    Aliased steps become views for the later steps. A failing step is named by its index and alias.
+    """
     if not steps:
-        raise EngineInputError("sql", "preprocess has no queries")
-    views = [INPUT_VIEW]
-    df.createOrReplaceTempView(INPUT_VIEW)
+        raise EngineInputError("sql", f"{what} has no queries")
+    for name, frame in views.items():
+        frame.createOrReplaceTempView(quote_identifier(name))
+    created = list(views)
     try:
-        result = df
+        result = None
         for index, step in enumerate(steps, start=1):
             alias = step.get("alias")
             try:
@@ -47,15 +58,16 @@ def run_queries(spark: SparkSession, df: DataFrame, steps: list[dict[str, Any]])
             except (PySparkException, Py4JJavaError) as e:
                 name = f"step {index}" + (f" (alias '{alias}')" if alias else "")
                 raise EngineInputError(
-                    "sql", f"preprocess {name} of {len(steps)} failed: {spark_error_summary(e)}"
+                    "sql", f"{what} {name} of {len(steps)} failed: {spark_error_summary(e)}"
                 ) from None
             if alias:
                 result.createOrReplaceTempView(quote_identifier(alias))
-                views.append(alias)
+                created.append(alias)
+        assert result is not None
         return result
     finally:
         # The result's plan is resolved already: the views are not needed by it, only by later queries.
-        for view in views:
+        for view in created:
             spark.catalog.dropTempView(view)
 
 

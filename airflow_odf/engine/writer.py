@@ -65,6 +65,11 @@ class WrittenSlice:
     max_event_time: str | None
 
 
+def parse_time(text: str) -> datetime:
+    """An RFC 3339 time of the contract as an aware UTC datetime."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
 def normalize_timestamps(df: DataFrame) -> DataFrame:
     """Timestamps without a zone are read as UTC instants (Parquet output is then Timestamp(ms, UTC))."""
     casts = [
