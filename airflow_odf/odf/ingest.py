@@ -181,7 +181,7 @@ def pull_polling(
                 options.log(f"{alias}: source is uncacheable and was ingested before; use fetch_uncacheable")
             break
         try:
-            with _operation_dir(options.work_dir) as op_dir:
+            with operation_dir(options.work_dir) as op_dir:
                 inputs = [
                     InputFile(
                         str(prepare(source.prepare or [], f.path, op_dir, allow_shell=options.allow_shell)),
@@ -219,7 +219,7 @@ def push_ingest(
     for path in files:
         if not Path(path).is_file():
             raise IngestError("bad-input", f"{path}: no such file to ingest")
-    with _operation_dir(options.work_dir) as op_dir:
+    with operation_dir(options.work_dir) as op_dir:
         inputs = [InputFile(str(p), (event_time or now).isoformat()) for p in files]
         src = _Source(push.source_name, push.read, push.preprocess, push.merge)
         _run_and_commit(_Run(dataset, runner, options, result), state, src, inputs, None, now, op_dir)
@@ -235,7 +235,7 @@ def push_ingest_bytes(
     **kwargs: Any,
 ) -> IngestResult:
     """Ingests in-memory data (spilled to a file first, as the reference does)."""
-    with _operation_dir(options.work_dir) as spill_dir:
+    with operation_dir(options.work_dir) as spill_dir:
         path = spill_dir / "input-data"
         path.write_bytes(data)
         return push_ingest(dataset, alias, runner, [path], options, **kwargs)
@@ -259,7 +259,7 @@ def _push_source(state: ChainState, alias: str, source_name: str | None) -> mode
     return next(iter(sources.values()))
 
 
-class _operation_dir:
+class operation_dir:
     """A fresh scratch directory for one engine run, removed afterwards whatever happens."""
 
     def __init__(self, work_dir: Path) -> None:
@@ -312,7 +312,7 @@ def _previous_slices(dataset: Dataset, state: ChainState, op_dir: Path) -> list[
         for _, block in dataset.iter_blocks(state.head)
         if isinstance(block.event, model.AddData) and block.event.new_data is not None
     ]
-    return [_local_object(dataset, f"data/{h}", op_dir) for h in reversed(hashes)]
+    return [local_object(dataset, f"data/{h}", op_dir) for h in reversed(hashes)]
 
 
 def _merge_checkpoint(dataset: Dataset, state: ChainState, op_dir: Path) -> str | None:
@@ -329,10 +329,10 @@ def _merge_checkpoint(dataset: Dataset, state: ChainState, op_dir: Path) -> str 
             if event.new_checkpoint != state.checkpoint:
                 return None
             break
-    return _local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
+    return local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
 
 
-def _local_object(dataset: Dataset, key: str, op_dir: Path) -> str:
+def local_object(dataset: Dataset, key: str, op_dir: Path) -> str:
     local = dataset.store.local_path(key)
     if local is not None:
         return str(local)
@@ -414,7 +414,7 @@ def _events(
         if state.schema is None:
             events.append(model.SetDataSchema(schema=slice_schema))
         else:
-            _check_slice_schema(odf_schema(state.schema), slice_schema, response, alias)
+            check_slice_schema(odf_schema(state.schema), slice_schema, response, alias)
     watermark = state.watermark
     prev_offset = state.last_offset
     prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint else None
@@ -479,7 +479,7 @@ def _final_watermark(computed: Timestamp | None, options: IngestOptions) -> Time
     return _max(computed, options.set_watermark)
 
 
-def _check_slice_schema(
+def check_slice_schema(
     dataset_schema: model.DataSchema, slice_schema: model.DataSchema, response: IngestResponse, alias: str
 ) -> None:
     """The slice must have the dataset's schema; a slice column may be stricter (never null) than declared,
