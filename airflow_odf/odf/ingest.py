@@ -30,6 +30,7 @@ from airflow_odf.odf.engine_contract import (
     IngestRequest,
     IngestResponse,
     InputFile,
+    OutputSlice,
     SqlStep,
     Vocab,
     schema_from_text,
@@ -407,14 +408,8 @@ def _events(
     alias: str,
 ) -> tuple[list[Any], list[StagedObject]]:
     """SetDataSchema (first time) and the AddData blocks for what the engine wrote; [] if nothing changed."""
-    events: list[Any] = []
+    events: list[Any] = schema_events(state, response, alias)
     objects: list[StagedObject] = []
-    if response.output_schema is not None:
-        slice_schema = strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
-        if state.schema is None:
-            events.append(model.SetDataSchema(schema=slice_schema))
-        else:
-            check_slice_schema(odf_schema(state.schema), slice_schema, response, alias)
     watermark = state.watermark
     prev_offset = state.last_offset
     prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint else None
@@ -426,9 +421,8 @@ def _events(
         objects.append(StagedObject(f"checkpoints/{checkpoint.physical_hash}", path))
     slices = response.slices
     for i, written in enumerate(slices):
-        path = Path(written.path)
-        physical = physical_hash_of_file(path)
-        objects.append(StagedObject(f"data/{physical}", path))
+        data_slice, staged = stage_slice(written)
+        objects.append(staged)
         if written.max_event_time is not None:
             watermark = _max(watermark, Timestamp.parse(written.max_event_time))
         last = i == len(slices) - 1
@@ -436,12 +430,7 @@ def _events(
             model.AddData(
                 prev_checkpoint=prev_checkpoint,
                 prev_offset=prev_offset,
-                new_data=model.DataSlice(
-                    logical_hash=logical_hash_of_parquet(path),
-                    physical_hash=physical,
-                    offset_interval=model.OffsetInterval(start=written.offset_start, end=written.offset_end),
-                    size=path.stat().st_size,
-                ),
+                new_data=data_slice,
                 new_checkpoint=checkpoint if last else None,
                 new_watermark=_final_watermark(watermark, options) if last else watermark,
                 new_source_state=new_source_state if last else None,
@@ -466,6 +455,30 @@ def _events(
                 )
             )
     return events, objects
+
+
+def schema_events(state: ChainState, response: IngestResponse, alias: str) -> list[Any]:
+    """SetDataSchema when the dataset has none yet; otherwise the new data must have the dataset's schema."""
+    if response.output_schema is None:
+        return []
+    slice_schema = strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
+    if state.schema is None:
+        return [model.SetDataSchema(schema=slice_schema)]
+    check_slice_schema(odf_schema(state.schema), slice_schema, response, alias)
+    return []
+
+
+def stage_slice(written: OutputSlice) -> tuple[model.DataSlice, StagedObject]:
+    """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`."""
+    path = Path(written.path)
+    physical = physical_hash_of_file(path)
+    data_slice = model.DataSlice(
+        logical_hash=logical_hash_of_parquet(path),
+        physical_hash=physical,
+        offset_interval=model.OffsetInterval(start=written.offset_start, end=written.offset_end),
+        size=path.stat().st_size,
+    )
+    return data_slice, StagedObject(f"data/{physical}", path)
 
 
 def _max(a: Timestamp | None, b: Timestamp) -> Timestamp:

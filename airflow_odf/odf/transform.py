@@ -18,12 +18,18 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf import model
-from airflow_odf.odf.data_schema import data_schema_from_arrow, data_schema_to_arrow, strip_encoding
+from airflow_odf.odf.data_schema import data_schema_to_arrow
 from airflow_odf.odf.dataset import Dataset, StagedObject
-from airflow_odf.odf.engine_contract import IngestResponse, schema_from_text, schema_to_text
+from airflow_odf.odf.engine_contract import IngestResponse, schema_to_text
 from airflow_odf.odf.engine_runner import EngineRunner
-from airflow_odf.odf.ingest import IngestError, IngestResult, check_slice_schema, local_object, operation_dir
-from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
+from airflow_odf.odf.ingest import (
+    IngestError,
+    IngestResult,
+    local_object,
+    operation_dir,
+    schema_events,
+    stage_slice,
+)
 from airflow_odf.odf.repository import Repository
 from airflow_odf.odf.schema_evolution import odf_schema
 from airflow_odf.odf.timestamps import Timestamp
@@ -141,26 +147,13 @@ def _run_batch(
         response = IngestResponse.from_json(runner.run(json.dumps(request), op_dir))
         if response.error is not None:
             raise IngestError(response.error.kind, f"{name}: {response.error.message}")
-        events: list[Any] = []
+        events: list[Any] = schema_events(state, response, name)
         objects: list[StagedObject] = []
-        if response.output_schema is not None:
-            schema = strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
-            if state.schema is None:
-                events.append(model.SetDataSchema(schema=schema))
-            else:
-                check_slice_schema(odf_schema(state.schema), schema, response, name)
         new_data = None
         if response.slices:
             [written] = response.slices
-            path = Path(written.path)
-            physical = physical_hash_of_file(path)
-            objects.append(StagedObject(f"data/{physical}", path))
-            new_data = model.DataSlice(
-                logical_hash=logical_hash_of_parquet(path),
-                physical_hash=physical,
-                offset_interval=model.OffsetInterval(start=written.offset_start, end=written.offset_end),
-                size=path.stat().st_size,
-            )
+            new_data, staged = stage_slice(written)
+            objects.append(staged)
         watermarks = [_input_watermark(repo, planned) for planned in batch.inputs]
         watermark = None if any(w is None for w in watermarks) else min(w for w in watermarks if w)
         if state.watermark is not None and (watermark is None or watermark < state.watermark):
