@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
 
 
@@ -14,3 +15,9 @@ from airflow_odf.engine.session import get_session
 def spark() -> Iterator[SparkSession]:
     session = get_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
     yield session
+
+
+@pytest.fixture
+def runner(spark: SparkSession) -> LocalSparkRunner:
+    """The in-process engine runner, on the shared session."""
+    return LocalSparkRunner("local[2]")

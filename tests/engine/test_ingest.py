@@ -15,7 +15,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.odf import model
@@ -39,11 +38,6 @@ T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 T1 = Timestamp.parse("2024-03-01T10:00:00.123456Z")
 T2 = Timestamp.parse("2024-03-02T10:00:00Z")
 T3 = Timestamp.parse("2024-03-03T10:00:00Z")
-
-
-@pytest.fixture
-def runner(spark: SparkSession) -> LocalSparkRunner:
-    return LocalSparkRunner("local[2]")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.odf import model
@@ -21,11 +20,6 @@ T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 T1 = Timestamp.parse("2024-01-02T00:00:00Z")
 T2 = Timestamp.parse("2024-01-03T00:00:00Z")
 T3 = Timestamp.parse("2024-01-04T00:00:00Z")
-
-
-@pytest.fixture
-def runner(spark: SparkSession) -> LocalSparkRunner:
-    return LocalSparkRunner("local[2]")
 
 
 @pytest.fixture
