@@ -1,4 +1,4 @@
-"""The data commands of `odf`: `pull` (polling ingest), `ingest` (push) and `tail`.
+"""The data commands of `odf`: `pull` (polling ingest), `ingest` (push), `transform` and `tail`.
 
 The engine is the in-process local Spark (default) or `spark-submit` (`--engine spark-submit --master
 URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER.
@@ -101,6 +101,25 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     _report(args, result)
 
 
+def cmd_transform(args: argparse.Namespace) -> None:
+    from airflow_odf.odf.transform import TransformOptions, run_transform
+
+    pins = {}
+    for value in args.input_head or []:
+        alias, sep, block = value.partition("=")
+        if not sep or not alias or not block:
+            raise CommandError(f"--input-head {value!r}: expected ALIAS=HASH")
+        pins[alias] = block
+    repo = Repository.open(args.repo)
+    options = TransformOptions(
+        work_dir=repo.root / "cache",
+        pinned_heads=pins or None,
+        max_input_records=args.max_input_records,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    _report(args, run_transform(repo, args.name, _runner(args), options))
+
+
 def cmd_tail(args: argparse.Namespace) -> None:
     from airflow_odf.odf.data_access import tail
 
@@ -123,19 +142,20 @@ def cmd_tail(args: argparse.Namespace) -> None:
 
 
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
-    """Adds `pull`, `ingest` and `tail` to the `odf` parser."""
+    """Adds `pull`, `ingest`, `transform` and `tail` to the `odf` parser."""
     engine_arg = argparse.ArgumentParser(add_help=False)
     engine_arg.add_argument(
         "--engine", choices=("local", "spark-submit"), default=os.environ.get("ODF_ENGINE", "local")
     )
     engine_arg.add_argument("--master", default=os.environ.get("ODF_SPARK_MASTER"), help="Spark master URL")
     engine_arg.add_argument("--format", choices=("text", "json"), default="text")
-    engine_arg.add_argument("--max-records-per-slice", type=int, help="split the new data into slices")
-    engine_arg.add_argument(
+    ingest_arg = argparse.ArgumentParser(add_help=False)
+    ingest_arg.add_argument("--max-records-per-slice", type=int, help="split the new data into slices")
+    ingest_arg.add_argument(
         "--quarantine-bad-records", action="store_true", help="set malformed records aside instead of failing"
     )
     p = groups.add_parser(
-        "pull", parents=[repo_arg, engine_arg], help="ingest from a dataset's polling source"
+        "pull", parents=[repo_arg, engine_arg, ingest_arg], help="ingest from a dataset's polling source"
     )
     p.add_argument("name")
     p.add_argument(
@@ -144,12 +164,26 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p.add_argument("--set-watermark", metavar="T", help="advance the watermark to this RFC 3339 time")
     p.add_argument("--files-per-batch", type=int, default=1, help="FilesGlob: files per AddData block")
     p.set_defaults(func=cmd_pull)
-    p = groups.add_parser("ingest", parents=[repo_arg, engine_arg], help="push files into a push source")
+    p = groups.add_parser(
+        "ingest", parents=[repo_arg, engine_arg, ingest_arg], help="push files into a push source"
+    )
     p.add_argument("name")
     p.add_argument("files", nargs="+")
     p.add_argument("--source", help="the push source's name (needed when there are several)")
     p.add_argument("--event-time", metavar="T", help="event time for records that carry none (RFC 3339)")
     p.set_defaults(func=cmd_ingest)
+    p = groups.add_parser(
+        "transform", parents=[repo_arg, engine_arg], help="bring a derivative dataset up to date"
+    )
+    p.add_argument("name")
+    p.add_argument(
+        "--input-head",
+        action="append",
+        metavar="ALIAS=HASH",
+        help="process this input only up to that block (repeatable)",
+    )
+    p.add_argument("--max-input-records", type=int, help="split a backlog into runs of this many records")
+    p.set_defaults(func=cmd_transform)
     p = groups.add_parser("tail", parents=[repo_arg], help="print a dataset's last records")
     p.add_argument("name")
     p.add_argument("-n", type=int, default=10)

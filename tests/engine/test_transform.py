@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from airflow_odf.cli import main
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.odf import model
 from airflow_odf.odf.data_access import read_slice
@@ -130,3 +132,21 @@ def test_bad_query_commits_nothing(repo: Repository, runner: LocalSparkRunner, t
     with pytest.raises(IngestError, match="no event-time column"):
         run_transform(repo, "broken", runner, TransformOptions(work_dir=tmp_path / "w"), system_time=T2)
     assert repo.dataset("broken").head() == head
+
+
+def test_odf_transform_command(
+    repo: Repository, runner: LocalSparkRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = _push(repo, runner, tmp_path, "2024-01-02T10:00:00Z,ACME,1.5\n", T1)
+    _push(repo, runner, tmp_path, "2024-01-03T10:00:00Z,ACME,2.5\n", T2)
+    capsys.readouterr()
+    base = ["transform", "--repo", str(repo.root), "acme", "--master", "local[2]", "--format", "json"]
+    assert main([*base, "--input-head", f"trades={first}"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["records"] == 1 and len(out["new_blocks"]) == 2
+    assert main(base) == 0
+    assert json.loads(capsys.readouterr().out)["records"] == 1
+    assert main([*base, "--input-head", "trades"]) == 2
+    assert "expected ALIAS=HASH" in capsys.readouterr().err
+    assert main([*base, "--input-head", "nope=" + first]) == 2
+    assert "nope" in capsys.readouterr().err
