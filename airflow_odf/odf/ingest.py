@@ -419,41 +419,43 @@ def _events(
         path = Path(response.new_checkpoint_path)
         checkpoint = model.Checkpoint(physical_hash=physical_hash_of_file(path), size=path.stat().st_size)
         objects.append(StagedObject(f"checkpoints/{checkpoint.physical_hash}", path))
-    slices = response.slices
-    for i, written in enumerate(slices):
-        data_slice, staged = stage_slice(written)
+    *middle, last = response.slices or [None]
+    new_data = None
+    for written in [*middle, last]:
+        if written is None:
+            break
+        new_data, staged = stage_slice(written)
         objects.append(staged)
         if written.max_event_time is not None:
             watermark = _max(watermark, Timestamp.parse(written.max_event_time))
-        last = i == len(slices) - 1
-        events.append(
-            model.AddData(
-                prev_checkpoint=prev_checkpoint,
-                prev_offset=prev_offset,
-                new_data=data_slice,
-                new_checkpoint=checkpoint if last else None,
-                new_watermark=_final_watermark(watermark, options) if last else watermark,
-                new_source_state=new_source_state if last else None,
-                extra=extra,
-            )
-        )
-        prev_offset = written.offset_end
-    if not slices:
-        new_watermark = _final_watermark(watermark, options)
-        source_changed = (
-            new_source_state is not None
-            and state.source_states.get(new_source_state.source_name) != new_source_state
-        )
-        if new_watermark != state.watermark or source_changed:
+        if written is not last:
             events.append(
                 model.AddData(
                     prev_checkpoint=prev_checkpoint,
                     prev_offset=prev_offset,
-                    new_watermark=new_watermark,
-                    new_source_state=new_source_state if source_changed else None,
+                    new_data=new_data,
+                    new_watermark=watermark,
                     extra=extra,
                 )
             )
+            prev_offset = written.offset_end
+    # the last block carries the checkpoint, the final watermark and the source state
+    new_watermark = _final_watermark(watermark, options)
+    source_changed = new_source_state is not None and new_source_state != state.source_states.get(
+        new_source_state.source_name
+    )
+    if new_data is not None or new_watermark != state.watermark or source_changed:
+        events.append(
+            model.AddData(
+                prev_checkpoint=prev_checkpoint,
+                prev_offset=prev_offset,
+                new_data=new_data,
+                new_checkpoint=checkpoint,
+                new_watermark=new_watermark,
+                new_source_state=new_source_state if new_data is not None or source_changed else None,
+                extra=extra,
+            )
+        )
     return events, objects
 
 
