@@ -103,6 +103,39 @@ class IngestRequest:
 
 
 @dataclass
+class TransformInputSpec:
+    """One input of a transform: a view named `alias` over its records in `[offset_start, offset_end]`."""
+
+    alias: str
+    dataset_id: str
+    schema: str  # Arrow schema of the input's data
+    data_paths: list[str] = field(default_factory=list)
+    offset_start: int | None = None
+    offset_end: int | None = None  # None: no new records
+    vocab: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class TransformRequest:
+    """A derivative's SQL over its inputs' new records; answered with an IngestResponse of one slice."""
+
+    operation_id: str
+    dataset_id: str
+    dataset_alias: str
+    system_time: str
+    next_offset: int
+    queries: list[SqlStep]
+    inputs: list[TransformInputSpec]
+    out_dir: str
+    vocab: dict[str, str] = field(default_factory=dict)
+    kind: str = "transform"
+    version: int = CONTRACT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+
+@dataclass
 class OutputSlice:
     """One written data file: a contiguous offset range, becomes one DataSlice / AddData block."""
 

@@ -9,9 +9,7 @@ engine refuses the query or its output.
 
 from __future__ import annotations
 
-import json
 import logging
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +18,13 @@ from typing import Any
 from airflow_odf.odf import model
 from airflow_odf.odf.data_schema import data_schema_to_arrow
 from airflow_odf.odf.dataset import Dataset, StagedObject
-from airflow_odf.odf.engine_contract import IngestResponse, schema_to_text
+from airflow_odf.odf.engine_contract import (
+    IngestResponse,
+    SqlStep,
+    TransformInputSpec,
+    TransformRequest,
+    schema_to_text,
+)
 from airflow_odf.odf.engine_runner import EngineRunner
 from airflow_odf.odf.ingest import (
     IngestError,
@@ -72,10 +76,10 @@ def run_transform(
     return result
 
 
-def _sql_steps(transform: Any) -> list[dict[str, Any]]:
+def _sql_steps(transform: model.TransformSql) -> list[SqlStep]:
     if transform.queries:
-        return [{"alias": q.alias, "query": q.query} for q in transform.queries]
-    return [{"alias": None, "query": transform.query or ""}]
+        return [SqlStep(q.query, q.alias) for q in transform.queries]
+    return [SqlStep(transform.query or "")]
 
 
 def _vocab(vocab: model.SetVocab | None) -> dict[str, str]:
@@ -90,20 +94,20 @@ def _vocab(vocab: model.SetVocab | None) -> dict[str, str]:
     return {k: v for k, v in names.items() if v}
 
 
-def _request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> dict[str, Any]:
+def _request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:
     source = repo.dataset_by_id(planned.dataset_id)
     interval = planned.offset_interval
     if planned.schema is None:
         raise TransformPlanError(f"input {planned.alias!r} has no schema")
-    return {
-        "alias": planned.alias,
-        "dataset_id": str(planned.dataset_id),
-        "vocab": _vocab(planned.vocab),
-        "data_paths": [local_object(source, f"data/{s.physical_hash}", op_dir) for s in planned.slices],
-        "offset_start": None if interval is None else interval.start,
-        "offset_end": None if interval is None else interval.end,
-        "schema": schema_to_text(data_schema_to_arrow(odf_schema(planned.schema))),
-    }
+    return TransformInputSpec(
+        alias=planned.alias,
+        dataset_id=str(planned.dataset_id),
+        schema=schema_to_text(data_schema_to_arrow(odf_schema(planned.schema))),
+        data_paths=[local_object(source, f"data/{s.physical_hash}", op_dir) for s in planned.slices],
+        offset_start=None if interval is None else interval.start,
+        offset_end=None if interval is None else interval.end,
+        vocab=_vocab(planned.vocab),
+    )
 
 
 def _input_watermark(repo: Repository, planned: PlannedInput) -> Timestamp | None:
@@ -131,20 +135,18 @@ def _run_batch(
         system_time = state.system_time
     assert state.transform is not None
     with operation_dir(options.work_dir) as op_dir:
-        request = {
-            "version": 1,
-            "kind": "transform",
-            "operation_id": uuid.uuid4().hex,
-            "dataset_id": str(state.dataset_id),
-            "dataset_alias": name,
-            "system_time": system_time.isoformat(),
-            "next_offset": 0 if state.last_offset is None else state.last_offset + 1,
-            "vocab": _vocab(state.vocab),
-            "queries": _sql_steps(state.transform.transform),
-            "inputs": [_request_input(repo, planned, op_dir) for planned in batch.inputs],
-            "out_dir": str(op_dir / "out"),
-        }
-        response = IngestResponse.from_json(runner.run(json.dumps(request), op_dir))
+        request = TransformRequest(
+            operation_id=op_dir.name,
+            dataset_id=str(state.dataset_id),
+            dataset_alias=name,
+            system_time=system_time.isoformat(),
+            next_offset=0 if state.last_offset is None else state.last_offset + 1,
+            queries=_sql_steps(state.transform.transform),
+            inputs=[_request_input(repo, planned, op_dir) for planned in batch.inputs],
+            out_dir=str(op_dir / "out"),
+            vocab=_vocab(state.vocab),
+        )
+        response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
         if response.error is not None:
             raise IngestError(response.error.kind, f"{name}: {response.error.message}")
         events: list[Any] = schema_events(state, response, name)
