@@ -304,33 +304,25 @@ def _vocab(state: ChainState) -> Vocab:
     )
 
 
-def _previous_slices(dataset: Dataset, state: ChainState, op_dir: Path) -> list[str]:
-    """Local paths of all previous data slices, oldest first (for rebuilding a merge state)."""
+def _merge_state_inputs(dataset: Dataset, state: ChainState, op_dir: Path) -> tuple[str | None, list[str]]:
+    """The checkpointed merge state, if it is as of the last data, and every previous slice (oldest first,
+    for rebuilding the state when the checkpoint is missing, stale or of another strategy) — one walk.
+
+    Our ingests put the checkpoint on the block with the last slice; data added later without one (by
+    another tool) makes it stale.
+    """
     if state.last_offset is None:
-        return []
-    hashes = [
-        block.event.new_data.physical_hash
+        return None, []
+    adds = [
+        block.event
         for _, block in dataset.iter_blocks(state.head)
         if isinstance(block.event, model.AddData) and block.event.new_data is not None
     ]
-    return [local_object(dataset, f"data/{h}", op_dir) for h in reversed(hashes)]
-
-
-def _merge_checkpoint(dataset: Dataset, state: ChainState, op_dir: Path) -> str | None:
-    """The current checkpoint, if it holds the merge state as of the last data.
-
-    Our ingests put the checkpoint on the block with the last slice; data added later without one (by
-    another tool) makes it stale, and the engine then rebuilds the state from the slices.
-    """
-    if state.checkpoint is None:
-        return None
-    for _, block in dataset.iter_blocks(state.head):
-        event = block.event
-        if isinstance(event, model.AddData) and event.new_data is not None:
-            if event.new_checkpoint != state.checkpoint:
-                return None
-            break
-    return local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
+    checkpoint = None
+    if state.checkpoint is not None and adds and adds[0].new_checkpoint == state.checkpoint:
+        checkpoint = local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
+    paths = [local_object(dataset, f"data/{e.new_data.physical_hash}", op_dir) for e in reversed(adds)]
+    return checkpoint, paths
 
 
 def local_object(dataset: Dataset, key: str, op_dir: Path) -> str:
@@ -358,6 +350,9 @@ def _run_and_commit(
         system_time = state.system_time  # the chain's time may not go back; rows and block share it
     merge_plain = union_to_plain(model.MergeStrategy, source.merge)
     stateful = merge_plain["kind"] in _STATEFUL_MERGES
+    merge_checkpoint, merge_slices = (
+        _merge_state_inputs(dataset, state, op_dir) if stateful and inputs else (None, [])
+    )
     response = IngestResponse()
     if inputs:
         request = IngestRequest(
@@ -376,8 +371,8 @@ def _run_and_commit(
             dataset_schema=(
                 schema_to_text(data_schema_to_arrow(odf_schema(state.schema))) if state.schema else None
             ),
-            prev_checkpoint_path=_merge_checkpoint(dataset, state, op_dir) if stateful else None,
-            prev_data_paths=_previous_slices(dataset, state, op_dir) if stateful else [],
+            prev_checkpoint_path=merge_checkpoint,
+            prev_data_paths=merge_slices,
             prev_watermark=state.watermark.isoformat() if state.watermark else None,
             max_records_per_slice=options.max_records_per_slice,
             target_slice_bytes=options.target_slice_bytes,
