@@ -17,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from airflow_odf.odf import model
 from airflow_odf.odf.errors import OdfError
 
 CONTRACT_VERSION = 1
@@ -53,6 +54,17 @@ class Vocab:
     operation_type_column: str = "op"
     system_time_column: str = "system_time"
     event_time_column: str = "event_time"
+
+    @classmethod
+    def of(cls, vocab: model.SetVocab | None) -> Vocab:
+        """The names a dataset's SetVocab sets, the defaults for the rest."""
+        v, defaults = vocab or model.SetVocab(), cls()
+        return cls(
+            v.offset_column or defaults.offset_column,
+            v.operation_type_column or defaults.operation_type_column,
+            v.system_time_column or defaults.system_time_column,
+            v.event_time_column or defaults.event_time_column,
+        )
 
 
 @dataclass
@@ -112,7 +124,7 @@ class TransformInputSpec:
     data_paths: list[str] = field(default_factory=list)
     offset_start: int | None = None
     offset_end: int | None = None  # None: no new records
-    vocab: dict[str, str] = field(default_factory=dict)
+    vocab: Vocab = field(default_factory=Vocab)
 
 
 @dataclass
@@ -127,7 +139,7 @@ class TransformRequest:
     queries: list[SqlStep]
     inputs: list[TransformInputSpec]
     out_dir: str
-    vocab: dict[str, str] = field(default_factory=dict)
+    vocab: Vocab = field(default_factory=Vocab)
     kind: str = "transform"
     version: int = CONTRACT_VERSION
 

@@ -293,17 +293,6 @@ def _sql_steps(sql: model.TransformSql | None) -> list[SqlStep] | None:
     return [SqlStep(sql.query or "")]
 
 
-def _vocab(state: ChainState) -> Vocab:
-    v = state.vocab or model.SetVocab()
-    defaults = Vocab()
-    return Vocab(
-        v.offset_column or defaults.offset_column,
-        v.operation_type_column or defaults.operation_type_column,
-        v.system_time_column or defaults.system_time_column,
-        v.event_time_column or defaults.event_time_column,
-    )
-
-
 def _merge_state_inputs(dataset: Dataset, state: ChainState, op_dir: Path) -> tuple[str | None, list[str]]:
     """The checkpointed merge state, if it is as of the last data, and every previous slice (oldest first,
     for rebuilding the state when the checkpoint is missing, stale or of another strategy) — one walk.
@@ -365,7 +354,7 @@ def _run_and_commit(
             read=union_to_plain(model.ReadStep, source.read),
             merge=merge_plain,
             out_dir=str(op_dir / "out"),
-            vocab=_vocab(state),
+            vocab=Vocab.of(state.vocab),
             read_schema=_read_schema(source.read, alias),
             preprocess=_sql_steps(source.preprocess),
             dataset_schema=(

@@ -23,6 +23,7 @@ from airflow_odf.odf.engine_contract import (
     SqlStep,
     TransformInputSpec,
     TransformRequest,
+    Vocab,
     schema_to_text,
 )
 from airflow_odf.odf.engine_runner import EngineRunner
@@ -82,18 +83,6 @@ def _sql_steps(transform: model.TransformSql) -> list[SqlStep]:
     return [SqlStep(transform.query or "")]
 
 
-def _vocab(vocab: model.SetVocab | None) -> dict[str, str]:
-    if vocab is None:
-        return {}
-    names = {
-        "offset_column": vocab.offset_column,
-        "operation_type_column": vocab.operation_type_column,
-        "system_time_column": vocab.system_time_column,
-        "event_time_column": vocab.event_time_column,
-    }
-    return {k: v for k, v in names.items() if v}
-
-
 def _request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:
     source = repo.dataset_by_id(planned.dataset_id)
     interval = planned.offset_interval
@@ -106,7 +95,7 @@ def _request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> Tra
         data_paths=[local_object(source, f"data/{s.physical_hash}", op_dir) for s in planned.slices],
         offset_start=None if interval is None else interval.start,
         offset_end=None if interval is None else interval.end,
-        vocab=_vocab(planned.vocab),
+        vocab=Vocab.of(planned.vocab),
     )
 
 
@@ -144,7 +133,7 @@ def _run_batch(
             queries=_sql_steps(state.transform.transform),
             inputs=[_request_input(repo, planned, op_dir) for planned in batch.inputs],
             out_dir=str(op_dir / "out"),
-            vocab=_vocab(state.vocab),
+            vocab=Vocab.of(state.vocab),
         )
         response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
         if response.error is not None:
