@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from airflow_odf.cli_engine import LazyRunner, engine_options
 from airflow_odf.cli_ingest import register as register_data_commands
 from airflow_odf.odf import model
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
@@ -90,6 +91,10 @@ def cmd_snapshot_validate(args: argparse.Namespace) -> None:
         raise CliError(lines)
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
 def _repo(args: argparse.Namespace) -> Repository:
     return Repository.open(args.repo)
 
@@ -123,6 +128,15 @@ def _input_order(snapshots: list[model.DatasetSnapshot]) -> list[model.DatasetSn
     return ordered
 
 
+def _checked(repo: Repository, snapshot: model.DatasetSnapshot, runner: LazyRunner) -> model.DatasetSnapshot:
+    """The snapshot, once a changed query of an existing derivative passed the schema-evolution check."""
+    if snapshot.kind is not model.DatasetKind.DERIVATIVE:
+        return snapshot
+    from airflow_odf.odf.transform_evolution import check_transform_change  # loads pyarrow
+
+    return check_transform_change(repo, snapshot, runner, repo.root / "cache")
+
+
 def cmd_add(args: argparse.Namespace) -> None:
     repo = _repo(args)
     snapshots: list[model.DatasetSnapshot] = []
@@ -134,9 +148,10 @@ def cmd_add(args: argparse.Namespace) -> None:
             lines += e.lines()
     if lines:
         raise CliError(lines)
+    runner = LazyRunner(args)
     for snapshot in _input_order(snapshots):
         try:
-            result = repo.add(snapshot)
+            result = repo.add(_checked(repo, snapshot, runner))
         except ConflictError:
             raise
         except OdfError as e:
@@ -209,27 +224,44 @@ class VerificationFailed(Exception):
 
 
 def cmd_verify(args: argparse.Namespace) -> None:
-    if not args.integrity:
-        raise CliError(["odf verify: only --integrity is available so far"])
-    dataset = _repo(args).dataset(args.name)
+    repo = _repo(args)
+    dataset = repo.dataset(args.name)
     problems = verify_integrity(dataset)
-    if args.format == "json":
-        print(
-            json.dumps(
-                {
-                    "dataset": args.name,
-                    "ok": not problems,
-                    "problems": [{"kind": p.kind, "ref": p.ref, "message": p.message} for p in problems],
-                },
-                indent=2,
-            )
+    state = dataset.state()
+    replay = not args.integrity and not problems and state.kind is model.DatasetKind.DERIVATIVE
+    not_reproducible = []
+    if replay:
+        from airflow_odf.odf.transform_verify import verify_reproducibility  # loads pyarrow
+
+        not_reproducible = verify_reproducibility(
+            repo,
+            args.name,
+            LazyRunner(args),
+            repo.root / "cache",
+            log=lambda line: print(line, file=sys.stderr),
         )
-    elif problems:
-        for p in problems:
-            print(f"{args.name}: {p}")
+    ok = not problems and not not_reproducible
+    if args.format == "json":
+        report = {
+            "dataset": args.name,
+            "ok": ok,
+            "problems": [{"kind": p.kind, "ref": p.ref, "message": p.message} for p in problems],
+            "reproducibility": "checked" if replay else "not checked",
+            "not_reproducible": [
+                {"block": str(p.block_hash), "field": p.field, "recorded": p.recorded, "replayed": p.replayed}
+                for p in not_reproducible
+            ],
+        }
+        print(json.dumps(report, indent=2))
+    elif not ok:
+        for line in [*problems, *not_reproducible]:
+            print(f"{args.name}: {line}")
     else:
-        print(f"{args.name}: ok ({dataset.state().num_blocks} blocks, data and checkpoints intact)")
-    if problems:
+        what = "data and checkpoints intact"
+        if replay:
+            what += f"; all {state.num_blocks} blocks' transforms reproduced"
+        print(f"{args.name}: ok ({state.num_blocks} blocks, {what})")
+    if not ok:
         raise VerificationFailed
 
 
@@ -281,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_init)
     p = groups.add_parser(
         "add",
-        parents=[repo_arg],
+        parents=[repo_arg, engine_options()],
         help="create or evolve datasets from DatasetSnapshot manifests (of a name given twice the last wins)",
     )
     p.add_argument("manifests", nargs="+")
@@ -298,9 +330,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("hash")
     p.set_defaults(func=cmd_reset)
-    p = groups.add_parser("verify", parents=[repo_arg], help="verify a dataset")
+    p = groups.add_parser(
+        "verify",
+        parents=[repo_arg, engine_options()],
+        help="verify a dataset: integrity, and for a derivative the reproducibility of its transforms",
+    )
     p.add_argument("name")
-    p.add_argument("--integrity", action="store_true", help="re-check hashes, chain rules and objects")
+    p.add_argument(
+        "--integrity", action="store_true", help="only re-check hashes, chain rules and objects (no replay)"
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_verify)
     p = groups.add_parser("gc", parents=[repo_arg], help="remove objects no dataset head refers to")

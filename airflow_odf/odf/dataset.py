@@ -135,6 +135,19 @@ class Dataset:
         self._write_summary(state)
         return state
 
+    def state_at(self, block_hash: Multihash) -> ChainState:
+        """The state as of an earlier block of the chain (a fold from the Seed: O(chain))."""
+        head = self.head()
+        blocks = []
+        found = False
+        for h, block in self.iter_blocks(head):
+            found = found or h == block_hash
+            if found:
+                blocks.append((h, block))
+        if not found:
+            raise ChainRuleError("rebase-target", f"block {block_hash} is not in the chain of head {head}")
+        return fold(ChainState(), reversed(blocks))
+
     def _read_summary(self) -> ChainState | None:
         raw = self.store.get_or_none(SUMMARY_KEY)
         if raw is None:
@@ -157,11 +170,15 @@ class Dataset:
         system_time: Timestamp | None = None,
         expected_head: ExpectedHead = CURRENT_HEAD,
         objects: Sequence[StagedObject] = (),
+        onto: Multihash | None = None,
     ) -> CommitResult:
         """Appends one block per event, validated against the chain rules, atomically.
 
         `expected_head` guards against lost updates: the commit fails with ConflictError unless the
         head is still that value (default: whatever the head was when the commit started).
+        `onto` rewrites history: the new blocks follow that earlier block of the chain instead of the
+        head, and the blocks after it leave the chain (their objects stay until `gc`) — in the same
+        single move of the head, so a failure leaves the old chain in place.
         """
         state = self.state()
         expected = _expected(expected_head)
@@ -171,7 +188,7 @@ class Dataset:
         if state.system_time is not None and system_time < state.system_time:
             system_time = state.system_time  # clocks may step back; the chain's time may not
         blocks: list[tuple[Multihash, bytes]] = []
-        new_state = state
+        new_state = state if onto is None else self.state_at(onto)
         for event in events:
             block = model.MetadataBlock(
                 system_time=system_time,
@@ -183,7 +200,7 @@ class Dataset:
             h = block_hash(data)
             new_state = apply_block(new_state, block, h)
             blocks.append((h, data))
-        if not blocks:
+        if not blocks and onto is None:
             return CommitResult(state.head, state.head, [], state)
         self._store_objects(objects)
         for h, data in blocks:

@@ -400,9 +400,8 @@ def _events(
     extra = {ENGINE_EXTRA_KEY: response.engine, **(options.extra or {})} if response.engine else options.extra
     checkpoint = None
     if response.new_checkpoint_path:
-        path = Path(response.new_checkpoint_path)
-        checkpoint = model.Checkpoint(physical_hash=physical_hash_of_file(path), size=path.stat().st_size)
-        objects.append(StagedObject(f"checkpoints/{checkpoint.physical_hash}", path))
+        checkpoint, staged = stage_checkpoint(Path(response.new_checkpoint_path))
+        objects.append(staged)
     *middle, last = response.slices or [None]
     new_data = None
     for written in [*middle, last]:
@@ -443,11 +442,18 @@ def _events(
     return events, objects
 
 
+def response_schema(response: IngestResponse) -> model.DataSchema | None:
+    """The ODF schema of the engine's output (without Arrow encoding hints), if it reported one."""
+    if response.output_schema is None:
+        return None
+    return strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
+
+
 def schema_events(state: ChainState, response: IngestResponse, alias: str) -> list[Any]:
     """SetDataSchema when the dataset has none yet; otherwise the new data must have the dataset's schema."""
-    if response.output_schema is None:
+    slice_schema = response_schema(response)
+    if slice_schema is None:
         return []
-    slice_schema = strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
     if state.schema is None:
         return [model.SetDataSchema(schema=slice_schema)]
     check_slice_schema(odf_schema(state.schema), slice_schema, response, alias)
@@ -465,6 +471,12 @@ def stage_slice(written: OutputSlice) -> tuple[model.DataSlice, StagedObject]:
         size=path.stat().st_size,
     )
     return data_slice, StagedObject(f"data/{physical}", path)
+
+
+def stage_checkpoint(path: Path) -> tuple[model.Checkpoint, StagedObject]:
+    """The Checkpoint of a written file and its move into `checkpoints/`."""
+    checkpoint = model.Checkpoint(physical_hash=physical_hash_of_file(path), size=path.stat().st_size)
+    return checkpoint, StagedObject(f"checkpoints/{checkpoint.physical_hash}", path)
 
 
 def _max(a: Timestamp | None, b: Timestamp) -> Timestamp:

@@ -119,7 +119,8 @@ class Repository:
 
     # ----- applying snapshots -----
 
-    def _normalize(self, event: Any) -> Any:
+    def normalize_event(self, event: Any) -> Any:
+        """A manifest event in the form the chain records (transform inputs as DIDs, queries normalized)."""
         if isinstance(event, model.SetTransform):
             inputs = []
             for i in event.inputs:
@@ -138,7 +139,7 @@ class Repository:
     def add(self, snapshot: model.DatasetSnapshot, *, system_time: Timestamp | None = None) -> AddResult:
         """Creates the dataset, or appends only the events that differ from its current state."""
         name = self.check_name(snapshot.name)
-        events = [self._normalize(e) for e in snapshot.metadata]
+        events = [self.normalize_event(e) for e in snapshot.metadata]
         system_time = system_time or Timestamp.now()
         try:
             did = self.resolve(name)

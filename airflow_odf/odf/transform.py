@@ -3,12 +3,16 @@
 Each batch of the plan (`transform_plan`) becomes one engine request — the SQL of the SetTransform over
 each input's records in the planned offset range — and one ExecuteTransform block naming exactly the
 input blocks it consumed, preceded by SetDataSchema the first time. The output watermark is the minimum
-of the inputs' watermarks as of the consumed blocks (as the reference). Nothing is committed when the
-engine refuses the query or its output.
+of the inputs' watermarks as of the consumed blocks (inputs without any are left out, as the reference's
+DataFusion engine does); the checkpoint records each input's watermark (`transform_checkpoint`).
+Nothing is committed when the engine refuses the query or its output. When an input diverged and
+recovery was asked for, the derivative's history is rebuilt without its ExecuteTransforms in the same
+head move as the first re-processed batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf import model
+from airflow_odf.odf.chain_rules import ChainState
 from airflow_odf.odf.data_schema import data_schema_to_arrow
 from airflow_odf.odf.dataset import Dataset, StagedObject
 from airflow_odf.odf.engine_contract import (
@@ -33,11 +38,15 @@ from airflow_odf.odf.ingest import (
     local_object,
     operation_dir,
     schema_events,
+    stage_checkpoint,
     stage_slice,
 )
+from airflow_odf.odf.multiformats import DatasetId, Multihash
 from airflow_odf.odf.repository import Repository
 from airflow_odf.odf.schema_evolution import odf_schema
+from airflow_odf.odf.storage import ObjectNotFoundError
 from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.transform_checkpoint import read_checkpoint, write_checkpoint
 from airflow_odf.odf.transform_plan import PlannedInput, TransformBatch, TransformPlanError, plan_transform
 
 _log = logging.getLogger(__name__)
@@ -45,11 +54,14 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TransformOptions:
-    """How to transform: scratch space, inputs pinned to given heads, and the batch size."""
+    """How to transform: scratch space, inputs pinned to given heads, the batch size, and whether an
+    input that diverged (was reset or compacted) makes the derivative re-process everything from scratch.
+    """
 
     work_dir: Path
     pinned_heads: Mapping[str, Any] | None = None
     max_input_records: int | None = None
+    recover_diverged: bool = False
     log: Callable[[str], None] = _log.info
 
 
@@ -67,23 +79,122 @@ def run_transform(
     head = None if state.head is None else str(state.head)
     result = IngestResult(name, str(state.dataset_id), head, head)
     plan = plan_transform(
-        repo, dataset, pinned_heads=options.pinned_heads, max_input_records=options.max_input_records
+        repo,
+        dataset,
+        pinned_heads=options.pinned_heads,
+        max_input_records=options.max_input_records,
+        recover_from_scratch=options.recover_diverged,
     )
     if plan.up_to_date:
         options.log(f"{name}: up to date ({plan.reason})" if plan.reason else f"{name}: up to date")
         return result
+    rebuild = plan.from_scratch
+    if rebuild:
+        options.log(f"{name}: {plan.reason}; the derivative's own data is reset")
     for batch in plan.batches:
-        _run_batch(repo, dataset, name, batch, runner, options, system_time or Timestamp.now(), result)
+        _run_batch(
+            repo, dataset, name, batch, runner, options, result, system_time=system_time, rebuild=rebuild
+        )
+        rebuild = False
     return result
 
 
-def _sql_steps(transform: model.TransformSql) -> list[SqlStep]:
+@dataclass(frozen=True)
+class BatchOutput:
+    """What one batch produced: the events to commit and the objects they reference."""
+
+    events: list[Any]
+    objects: list[StagedObject]
+    num_records: int
+
+    @property
+    def execute_transform(self) -> model.ExecuteTransform:
+        event = self.events[-1]
+        assert isinstance(event, model.ExecuteTransform)
+        return event
+
+
+def execute_batch(
+    repo: Repository,
+    state: ChainState,
+    name: str,
+    batch: TransformBatch,
+    runner: EngineRunner,
+    op_dir: Path,
+    system_time: Timestamp,
+) -> BatchOutput:
+    """Runs one batch on the engine against the derivative's `state` (as of before the batch).
+
+    Shared by transforms and by reproducibility verification, which replays recorded batches.
+    """
+    response = run_engine(repo, state, name, batch, runner, op_dir, system_time)
+    events: list[Any] = schema_events(state, response, name)
+    objects: list[StagedObject] = []
+    new_data = None
+    if response.slices:
+        [written] = response.slices
+        new_data, staged = stage_slice(written)
+        objects.append(staged)
+    dataset = repo.dataset_by_id(state.dataset_id) if state.dataset_id is not None else None
+    watermarks = _input_watermarks(repo, dataset, state, batch)
+    new_checkpoint = None
+    if watermarks:
+        path = op_dir / "checkpoint.tar"
+        write_checkpoint(watermarks, path)
+        new_checkpoint, staged = stage_checkpoint(path)
+        objects.append(staged)
+    watermark = min(watermarks.values()) if watermarks else None
+    if state.watermark is not None and (watermark is None or watermark < state.watermark):
+        watermark = state.watermark  # never moves back, never disappears
+    events.append(
+        model.ExecuteTransform(
+            query_inputs=batch.execute_inputs(),
+            prev_checkpoint=state.checkpoint.physical_hash if state.checkpoint else None,
+            prev_offset=state.last_offset,
+            new_data=new_data,
+            new_checkpoint=new_checkpoint,
+            new_watermark=watermark,
+        )
+    )
+    return BatchOutput(events, objects, response.num_records)
+
+
+def run_engine(
+    repo: Repository,
+    state: ChainState,
+    name: str,
+    batch: TransformBatch,
+    runner: EngineRunner,
+    op_dir: Path,
+    system_time: Timestamp,
+) -> IngestResponse:
+    """The engine's response to the SetTransform of `state` over the batch; raises on its errors."""
+    assert state.transform is not None
+    request = TransformRequest(
+        operation_id=op_dir.name,
+        dataset_id=str(state.dataset_id),
+        dataset_alias=name,
+        system_time=system_time.isoformat(),
+        next_offset=0 if state.last_offset is None else state.last_offset + 1,
+        queries=sql_steps(state.transform.transform),
+        inputs=[request_input(repo, planned, op_dir) for planned in batch.inputs],
+        out_dir=str(op_dir / "out"),
+        vocab=Vocab.of(state.vocab),
+    )
+    response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
+    if response.error is not None:
+        raise IngestError(response.error.kind, f"{name}: {response.error.message}")
+    return response
+
+
+def sql_steps(transform: model.TransformSql) -> list[SqlStep]:
     if transform.queries:
         return [SqlStep(q.query, q.alias) for q in transform.queries]
     return [SqlStep(transform.query or "")]
 
 
-def _request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:
+def request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:
+    """One input of an engine request: its schema, its slice files (local copies) and offset range."""
     source = repo.dataset_by_id(planned.dataset_id)
     interval = planned.offset_interval
     if planned.schema is None:
@@ -99,14 +210,56 @@ def _request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> Tra
     )
 
 
-def _input_watermark(repo: Repository, planned: PlannedInput) -> Timestamp | None:
-    """The input's watermark as of the last block this batch consumes (its newest data block's)."""
-    source = repo.dataset_by_id(planned.dataset_id)
-    for _, block in source.iter_blocks(planned.last_block_hash):
+def _previous_watermarks(dataset: Dataset | None, state: ChainState) -> dict[DatasetId, Timestamp] | None:
+    """The inputs' watermarks from the previous checkpoint; None when there is no readable one."""
+    if dataset is None or state.checkpoint is None:
+        return None
+    try:
+        data = dataset.store.get(f"checkpoints/{state.checkpoint.physical_hash}")
+    except ObjectNotFoundError:
+        return None
+    return read_checkpoint(data)
+
+
+def _input_watermarks(
+    repo: Repository, dataset: Dataset | None, state: ChainState, batch: TransformBatch
+) -> dict[DatasetId, Timestamp]:
+    """Each input's watermark as of the last block the batch consumes (inputs with none left out).
+
+    The batch's own explicit watermarks, else the previous checkpoint's; only when a previous run left
+    no readable checkpoint (another engine's, or none) is the input's chain walked back for it.
+    """
+    previous = _previous_watermarks(dataset, state)
+    out: dict[DatasetId, Timestamp] = {}
+    for planned in batch.inputs:
+        watermark: Timestamp | None
+        if planned.explicit_watermarks:
+            watermark = max(w.event_time for w in planned.explicit_watermarks)
+        elif previous is not None:
+            watermark = previous.get(planned.dataset_id)
+        elif planned.prev_block_hash is not None:
+            watermark = _walk_watermark(repo, planned.dataset_id, planned.prev_block_hash)
+        else:
+            watermark = None
+        if watermark is not None:
+            out[planned.dataset_id] = watermark
+    return out
+
+
+def _walk_watermark(repo: Repository, dataset_id: DatasetId, start: Multihash) -> Timestamp | None:
+    for _, block in repo.dataset_by_id(dataset_id).iter_blocks(start):
         event = block.event
         if isinstance(event, model.AddData | model.ExecuteTransform) and event.new_watermark is not None:
             return event.new_watermark
     return None
+
+
+def _metadata_only(dataset: Dataset) -> tuple[list[Any], Multihash]:
+    """The derivative's events without its ExecuteTransforms (oldest first), and its Seed's hash."""
+    blocks = list(dataset.iter_blocks())
+    seed_hash, _ = blocks[-1]
+    kept = [b.event for _, b in reversed(blocks[:-1]) if not isinstance(b.event, model.ExecuteTransform)]
+    return kept, seed_hash
 
 
 def _run_batch(
@@ -116,50 +269,33 @@ def _run_batch(
     batch: TransformBatch,
     runner: EngineRunner,
     options: TransformOptions,
-    system_time: Timestamp,
     result: IngestResult,
+    *,
+    system_time: Timestamp | None,
+    rebuild: bool,
 ) -> None:
     state = dataset.state()
+    head = state.head
+    system_time = system_time or Timestamp.now()
     if state.system_time is not None and system_time < state.system_time:
         system_time = state.system_time
-    assert state.transform is not None
+    kept: list[Any] = []
+    onto = None
+    if rebuild:  # the state the metadata-only chain will have: no data, offsets, checkpoint or watermark
+        kept, onto = _metadata_only(dataset)
+        state = dataclasses.replace(
+            state, last_offset=None, checkpoint=None, watermark=None, transform_inputs={}
+        )
     with operation_dir(options.work_dir) as op_dir:
-        request = TransformRequest(
-            operation_id=op_dir.name,
-            dataset_id=str(state.dataset_id),
-            dataset_alias=name,
-            system_time=system_time.isoformat(),
-            next_offset=0 if state.last_offset is None else state.last_offset + 1,
-            queries=_sql_steps(state.transform.transform),
-            inputs=[_request_input(repo, planned, op_dir) for planned in batch.inputs],
-            out_dir=str(op_dir / "out"),
-            vocab=Vocab.of(state.vocab),
+        output = execute_batch(repo, state, name, batch, runner, op_dir, system_time)
+        commit = dataset.commit(
+            kept + output.events,
+            system_time=system_time,
+            expected_head=head,
+            objects=output.objects,
+            onto=onto,
         )
-        response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
-        if response.error is not None:
-            raise IngestError(response.error.kind, f"{name}: {response.error.message}")
-        events: list[Any] = schema_events(state, response, name)
-        objects: list[StagedObject] = []
-        new_data = None
-        if response.slices:
-            [written] = response.slices
-            new_data, staged = stage_slice(written)
-            objects.append(staged)
-        watermarks = [_input_watermark(repo, planned) for planned in batch.inputs]
-        watermark = None if any(w is None for w in watermarks) else min(w for w in watermarks if w)
-        if state.watermark is not None and (watermark is None or watermark < state.watermark):
-            watermark = state.watermark  # never moves back, never disappears
-        events.append(
-            model.ExecuteTransform(
-                query_inputs=batch.execute_inputs(),
-                prev_checkpoint=state.checkpoint.physical_hash if state.checkpoint else None,
-                prev_offset=state.last_offset,
-                new_data=new_data,
-                new_watermark=watermark,
-            )
-        )
-        commit = dataset.commit(events, system_time=system_time, expected_head=state.head, objects=objects)
     result.new_head = str(commit.new_head)
     result.new_blocks += [str(h) for h in commit.new_blocks]
-    result.records += response.num_records
-    options.log(f"{name}: committed {len(commit.new_blocks)} block(s), {response.num_records} record(s)")
+    result.records += output.num_records
+    options.log(f"{name}: committed {len(commit.new_blocks)} block(s), {output.num_records} record(s)")

@@ -372,3 +372,76 @@ def _batches(
             )
         batches.append(TransformBatch(planned))
     return batches
+
+
+class InputSchemas:
+    """Each input's SetDataSchema events by sequence number, read once per input (for replays)."""
+
+    def __init__(self, repo: Repository) -> None:
+        self._repo = repo
+        self._schemas: dict[DatasetId, list[tuple[int, model.SetDataSchema]]] = {}
+
+    def at(self, dataset_id: DatasetId, block: model.MetadataBlock) -> model.SetDataSchema | None:
+        """The input's schema as of `block` (the latest SetDataSchema at or before it)."""
+        if dataset_id not in self._schemas:
+            dataset = self._repo.dataset_by_id(dataset_id)
+            self._schemas[dataset_id] = [
+                (b.sequence_number, b.event)
+                for _, b in dataset.iter_blocks()
+                if isinstance(b.event, model.SetDataSchema)
+            ]
+        for seq, event in self._schemas[dataset_id]:  # newest first
+            if seq <= block.sequence_number:
+                return event
+        return None
+
+
+def replay_batch(
+    repo: Repository, state: ChainState, event: model.ExecuteTransform, schemas: InputSchemas
+) -> TransformBatch:
+    """The batch an ExecuteTransform recorded, rebuilt from its queryInputs against `state` (the
+    derivative as of before that block), so that verification can run it again."""
+    if state.transform is None:
+        raise TransformPlanError("an ExecuteTransform without a preceding SetTransform")
+    if len(event.query_inputs) != len(state.transform.inputs):
+        raise TransformPlanError(
+            f"the ExecuteTransform has {len(event.query_inputs)} inputs, "
+            f"its SetTransform {len(state.transform.inputs)}"
+        )
+    planned = []
+    for ti, qi in zip(state.transform.inputs, event.query_inputs, strict=True):
+        alias = ti.alias or ti.dataset_ref
+        dataset = repo.dataset_by_id(qi.dataset_id)
+        units: list[_Unit] = []
+        reached = qi.new_block_hash is None
+        last_block: model.MetadataBlock | None = None
+        if qi.new_block_hash is not None:
+            for h, block in dataset.iter_blocks(qi.new_block_hash):
+                last_block = last_block or block
+                if h == qi.prev_block_hash:
+                    reached = True
+                    break
+                units.append(_Unit(0, h, block))
+            reached = reached or qi.prev_block_hash is None
+        if not reached:
+            assert qi.prev_block_hash is not None
+            raise InputDivergedError(alias, qi.dataset_id, qi.prev_block_hash)
+        if last_block is None and qi.prev_block_hash is not None:
+            last_block = dataset.block(qi.prev_block_hash)
+        units.reverse()
+        slices = [u.slice for u in units if u.slice is not None]
+        planned.append(
+            PlannedInput(
+                dataset_id=qi.dataset_id,
+                alias=alias,
+                prev_block_hash=qi.prev_block_hash,
+                new_block_hash=qi.new_block_hash,
+                prev_offset=qi.prev_offset,
+                new_offset=qi.new_offset,
+                slices=slices,
+                explicit_watermarks=[u.watermark for u in units if u.watermark is not None],
+                vocab=dataset.state().vocab,
+                schema=None if last_block is None else schemas.at(qi.dataset_id, last_block),
+            )
+        )
+    return TransformBatch(planned)

@@ -459,7 +459,13 @@ def test_verify_then_tamper(repo: Path) -> None:
     out = ok("verify", name, "--integrity", repo=repo)
     assert out.startswith(f"{name}: ok")
     report = json.loads(ok("verify", name, "--integrity", "--format", "json", repo=repo))
-    assert report == {"dataset": name, "ok": True, "problems": []}
+    assert report == {
+        "dataset": name,
+        "ok": True,
+        "problems": [],
+        "reproducibility": "not checked",
+        "not_reproducible": [],
+    }
     entries = log_json(repo, name)
     victim = entries[2]["hash"]
     row = list_json(repo)[name]
@@ -476,7 +482,7 @@ def test_verify_then_tamper(repo: Path) -> None:
     ]
     text = odf("verify", name, "--integrity", repo=repo)
     assert text.returncode == 4 and f"block {victim}" in text.stdout
-    assert odf("verify", name, repo=repo).returncode == 2  # --integrity is required
+    assert odf("verify", name, repo=repo).returncode == 4  # the full verification starts with integrity
     # the other datasets are unaffected
     assert odf("verify", "player-scores", "--integrity", repo=repo).returncode == 0
 
