@@ -456,6 +456,30 @@ def test_state_after_reset_matches_the_chain(root: Path, tmp_path: Path) -> None
     assert dataset.head() == target
 
 
+def test_commit_onto_an_earlier_block_rewrites_history_in_one_head_move(root: Path, tmp_path: Path) -> None:
+    dataset = rich_dataset(root, tmp_path)
+    chain = walk(dataset)
+    seed_hash = chain[-1][0]
+    old_head = dataset.head()
+    info = model.SetInfo(description="rebuilt")
+    # a rejected rewrite (data without a schema after the Seed) changes nothing
+    with pytest.raises(ChainRuleError):
+        dataset.commit([add_data(ChainState(), Multihash.sha3_256(b"x"), 1, 1)], onto=seed_hash)
+    assert dataset.head() == old_head
+    # a head that moved since is a conflict, whatever the base
+    with pytest.raises(ConflictError):
+        dataset.commit([info], onto=seed_hash, expected_head=seed_hash)
+    result = dataset.commit([SCHEMA, info], system_time=T2, onto=seed_hash, expected_head=old_head)
+    assert result.old_head == old_head and len(result.new_blocks) == 2
+    assert [type(b.event).__name__ for _, b in walk(dataset)] == ["SetInfo", "SetDataSchema", "Seed"]
+    assert [b.sequence_number for _, b in walk(dataset)] == [2, 1, 0]
+    assert_same_state(dataset.state(), chain_state(dataset))
+    assert dataset.state().num_records == 0 and dataset.state().info == info
+    with pytest.raises(ChainRuleError) as rejected:
+        dataset.state_at(old_head)  # no longer in the chain
+    assert rejected.value.rule == "rebase-target"
+
+
 def test_reset_then_commit_orphans_blocks_that_gc_removes(root: Path, tmp_path: Path) -> None:
     dataset = rich_dataset(root, tmp_path)
     chain = walk(dataset)
