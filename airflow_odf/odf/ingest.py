@@ -42,7 +42,8 @@ from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
 from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
 from airflow_odf.odf.manifests import union_to_plain
 from airflow_odf.odf.prepare import prepare
-from airflow_odf.odf.schema_evolution import SchemaChange, diff_schemas, odf_schema
+from airflow_odf.odf.schema_evolution import odf_schema
+from airflow_odf.odf.schema_policy import STRICT, schema_events_for
 from airflow_odf.odf.timestamps import Timestamp
 
 _log = logging.getLogger(__name__)
@@ -59,19 +60,12 @@ class IngestError(OdfError):
         self.kind = kind
 
 
-class SchemaMismatchError(IngestError):
-    """A new slice's schema differs from the dataset's; `changes` is the column-level difference."""
-
-    def __init__(self, message: str, changes: list[SchemaChange]) -> None:
-        super().__init__("schema-mismatch", message)
-        self.changes = changes
-
-
 @dataclass(frozen=True)
 class IngestOptions:
     """How to ingest: scratch space, fetch switches, slicing and the broken-record policy.
 
     `extra` is recorded in every AddData's `extra` attributes (e.g. the Airflow run that committed it).
+    `schema_policy` (`strict` or `additive`) decides whether new data may evolve the schema.
     """
 
     work_dir: Path
@@ -84,6 +78,7 @@ class IngestOptions:
     allow_shell: bool = field(default_factory=lambda: os.environ.get(SHELL_STEPS_ENV) == "1")
     max_iterations: int | None = None
     extra: dict[str, Any] | None = None
+    schema_policy: str = STRICT
     log: Callable[[str], None] = _log.info
 
 
@@ -185,7 +180,10 @@ def pull_polling(
             with operation_dir(options.work_dir) as op_dir:
                 inputs = [
                     InputFile(
-                        str(prepare(source.prepare or [], f.path, op_dir, allow_shell=options.allow_shell)),
+                        # absolute: the engine's working directory is not ours (a session started elsewhere)
+                        os.path.abspath(
+                            prepare(source.prepare or [], f.path, op_dir, allow_shell=options.allow_shell)
+                        ),
                         (f.source_event_time or now).isoformat(),
                     )
                     for f in fetched.files
@@ -221,7 +219,7 @@ def push_ingest(
         if not Path(path).is_file():
             raise IngestError("bad-input", f"{path}: no such file to ingest")
     with operation_dir(options.work_dir) as op_dir:
-        inputs = [InputFile(str(p), (event_time or now).isoformat()) for p in files]
+        inputs = [InputFile(os.path.abspath(p), (event_time or now).isoformat()) for p in files]
         src = _Source(push.source_name, push.read, push.preprocess, push.merge)
         _run_and_commit(_Run(dataset, runner, options, result), state, src, inputs, None, now, op_dir)
     return result
@@ -392,7 +390,7 @@ def _events(
     alias: str,
 ) -> tuple[list[Any], list[StagedObject]]:
     """SetDataSchema (first time) and the AddData blocks for what the engine wrote; [] if nothing changed."""
-    events: list[Any] = schema_events(state, response, alias)
+    events: list[Any] = schema_events(state, response, alias, options.schema_policy)
     objects: list[StagedObject] = []
     watermark = state.watermark
     prev_offset = state.last_offset
@@ -449,15 +447,21 @@ def response_schema(response: IngestResponse) -> model.DataSchema | None:
     return strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
 
 
-def schema_events(state: ChainState, response: IngestResponse, alias: str) -> list[Any]:
-    """SetDataSchema when the dataset has none yet; otherwise the new data must have the dataset's schema."""
+def schema_events(state: ChainState, response: IngestResponse, alias: str, policy: str) -> list[Any]:
+    """SetDataSchema when the dataset has none yet or `policy` lets the new data's schema evolve it;
+    raises SchemaEvolutionError when the new data does not fit (`schema_policy`)."""
     slice_schema = response_schema(response)
     if slice_schema is None:
         return []
-    if state.schema is None:
-        return [model.SetDataSchema(schema=slice_schema)]
-    check_slice_schema(odf_schema(state.schema), slice_schema, response, alias)
-    return []
+    return list(
+        schema_events_for(
+            state.schema,
+            slice_schema,
+            policy=policy,
+            alias=alias,
+            has_no_nulls=lambda column: _no_nulls(response, column),
+        )
+    )
 
 
 def stage_slice(written: OutputSlice) -> tuple[model.DataSlice, StagedObject]:
@@ -488,26 +492,6 @@ def _final_watermark(computed: Timestamp | None, options: IngestOptions) -> Time
     if options.set_watermark is None:
         return computed
     return _max(computed, options.set_watermark)
-
-
-def check_slice_schema(
-    dataset_schema: model.DataSchema, slice_schema: model.DataSchema, response: IngestResponse, alias: str
-) -> None:
-    """The slice must have the dataset's schema; a slice column may be stricter (never null) than declared,
-    and a column declared required may be optional in the file if the file holds no null in it."""
-    changes = []
-    for change in diff_schemas(dataset_schema, slice_schema):
-        if change.rule == "became-required":
-            continue
-        if change.rule == "became-optional" and _no_nulls(response, change.column):
-            continue
-        changes.append(change)
-    if changes:
-        lines = "; ".join(f"{c.column}: {c.rule} ({c.old or '-'} -> {c.new or '-'})" for c in changes)
-        raise SchemaMismatchError(
-            f"{alias}: the new data does not have the dataset's schema and was not committed: {lines}",
-            changes,
-        )
 
 
 def _no_nulls(response: IngestResponse, column: str) -> bool:

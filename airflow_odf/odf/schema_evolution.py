@@ -36,7 +36,8 @@ class SchemaEvolutionError(ChainRuleError):
 
     def __init__(self, message: str, changes: list[SchemaChange]) -> None:
         self.changes = changes
-        details = "; ".join(str(c) for c in changes if not c.allowed)
+        denied = [c for c in changes if not c.allowed]
+        details = "; ".join(str(c) for c in denied or changes)
         super().__init__("schema-evolution", f"{message}: {details}" if details else message)
 
 

@@ -44,6 +44,7 @@ from airflow_odf.odf.ingest import (
 from airflow_odf.odf.multiformats import DatasetId, Multihash
 from airflow_odf.odf.repository import Repository
 from airflow_odf.odf.schema_evolution import odf_schema
+from airflow_odf.odf.schema_policy import STRICT
 from airflow_odf.odf.storage import ObjectNotFoundError
 from airflow_odf.odf.timestamps import Timestamp
 from airflow_odf.odf.transform_checkpoint import read_checkpoint, write_checkpoint
@@ -54,14 +55,16 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TransformOptions:
-    """How to transform: scratch space, inputs pinned to given heads, the batch size, and whether an
-    input that diverged (was reset or compacted) makes the derivative re-process everything from scratch.
+    """How to transform: scratch space, inputs pinned to given heads, the batch size, whether an input
+    that diverged (was reset or compacted) makes the derivative re-process everything from scratch, and
+    whether the output may evolve the schema (`schema_policy`: strict or additive).
     """
 
     work_dir: Path
     pinned_heads: Mapping[str, Any] | None = None
     max_input_records: int | None = None
     recover_diverged: bool = False
+    schema_policy: str = STRICT
     log: Callable[[str], None] = _log.info
 
 
@@ -122,13 +125,14 @@ def execute_batch(
     runner: EngineRunner,
     op_dir: Path,
     system_time: Timestamp,
+    schema_policy: str = STRICT,
 ) -> BatchOutput:
     """Runs one batch on the engine against the derivative's `state` (as of before the batch).
 
     Shared by transforms and by reproducibility verification, which replays recorded batches.
     """
     response = run_engine(repo, state, name, batch, runner, op_dir, system_time)
-    events: list[Any] = schema_events(state, response, name)
+    events: list[Any] = schema_events(state, response, name, schema_policy)
     objects: list[StagedObject] = []
     new_data = None
     if response.slices:
@@ -287,7 +291,7 @@ def _run_batch(
             state, last_offset=None, checkpoint=None, watermark=None, transform_inputs={}
         )
     with operation_dir(options.work_dir) as op_dir:
-        output = execute_batch(repo, state, name, batch, runner, op_dir, system_time)
+        output = execute_batch(repo, state, name, batch, runner, op_dir, system_time, options.schema_policy)
         commit = dataset.commit(
             kept + output.events,
             system_time=system_time,

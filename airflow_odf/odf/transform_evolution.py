@@ -17,7 +17,7 @@ from airflow_odf.odf.engine_runner import EngineRunner
 from airflow_odf.odf.ingest import operation_dir, response_schema
 from airflow_odf.odf.multiformats import DatasetId
 from airflow_odf.odf.repository import DatasetNotFoundError, Repository
-from airflow_odf.odf.schema_evolution import SchemaEvolutionError, diff_schemas, odf_schema
+from airflow_odf.odf.schema_policy import ADDITIVE, schema_events_for
 from airflow_odf.odf.timestamps import Timestamp
 from airflow_odf.odf.transform import run_engine
 from airflow_odf.odf.transform_plan import PlannedInput, TransformBatch, TransformPlanError
@@ -65,8 +65,9 @@ def check_transform_change(
 ) -> model.DatasetSnapshot:
     """The snapshot to add: unchanged, or with the SetDataSchema an allowed query change needs.
 
-    Only an existing derivative with a recorded schema whose manifest changes its SetTransform is
-    checked; anything else is returned as is. Raises SchemaEvolutionError for a denied change.
+        Only an existing derivative with a recorded schema whose manifest changes its SetTransform is
+        checked; anything else is returned as is. Raises SchemaEvolutionError for a denied change (a column
+    the new query makes optional counts as one: an empty run cannot show that it never holds nulls).
     """
     try:
         state = repo.dataset(snapshot.name).state()
@@ -78,20 +79,13 @@ def check_transform_change(
     transform = repo.normalize_event(proposed[-1])
     if transform == state.transform:
         return snapshot
-    current = odf_schema(state.schema)
     output = query_output_schema(repo, snapshot.name, transform, runner, work_dir)
-    changes = [c for c in diff_schemas(current, output) if c.rule != "became-required"]
-    if any(not c.allowed for c in changes):
-        raise SchemaEvolutionError(
-            f"{snapshot.name}: the new query's output does not fit the dataset's schema; nothing committed",
-            changes,
-        )
-    if not changes:
-        return snapshot  # a column the new query never leaves null still fits its optional declaration
-    stricter = {c.column for c in diff_schemas(current, output) if c.rule == "became-required"}
-    old_types = {f.name: f.type for f in current.fields}
-    fields = [
-        dataclasses.replace(f, type=old_types[f.name]) if f.name in stricter else f for f in output.fields
-    ]
-    new_schema = model.SetDataSchema(schema=dataclasses.replace(output, fields=fields))
-    return dataclasses.replace(snapshot, metadata=[*snapshot.metadata, new_schema])
+    # the engine cannot tell whether a nullable output column will hold nulls: assume it may
+    events = schema_events_for(
+        state.schema,
+        output,
+        policy=ADDITIVE,
+        alias=f"{snapshot.name} (new query)",
+        has_no_nulls=lambda _: False,
+    )
+    return dataclasses.replace(snapshot, metadata=[*snapshot.metadata, *events])

@@ -24,7 +24,6 @@ from airflow_odf.odf.fetch import SourceNotFoundError, SourceUnreachableError
 from airflow_odf.odf.ingest import (
     IngestError,
     IngestOptions,
-    SchemaMismatchError,
     pull_polling,
     push_ingest,
     push_ingest_bytes,
@@ -32,6 +31,7 @@ from airflow_odf.odf.ingest import (
 from airflow_odf.odf.integrity import verify_integrity
 from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
 from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.schema_evolution import SchemaEvolutionError
 from airflow_odf.odf.timestamps import Timestamp
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
@@ -289,7 +289,7 @@ def test_slice_with_another_schema_is_refused(
         dataset, "drift", runner, [_csv(tmp_path / "1.csv", "a,b\n1,x\n")], _options(tmp_path), system_time=T1
     )
     head = dataset.head()
-    with pytest.raises(SchemaMismatchError) as err:
+    with pytest.raises(SchemaEvolutionError) as err:
         push_ingest(
             dataset,
             "drift",
@@ -299,7 +299,40 @@ def test_slice_with_another_schema_is_refused(
             system_time=T2,
         )
     assert {(c.column, c.rule) for c in err.value.changes} >= {("b", "column-removed")}
-    assert "b: column-removed" in str(err.value)
+    assert "b: Option<String> -> - (column-removed, denied)" in str(err.value)
+    assert dataset.head() == head
+
+
+def test_schema_policy_strict_refuses_and_additive_commits_a_new_optional_column(
+    repo: Repository, runner: LocalSparkRunner, tmp_path: Path
+) -> None:
+    read = model.ReadStepCsv(header=True, infer_schema=True)
+    dataset = _push_dataset(repo, "grows", read, model.MergeStrategyAppend())
+    first = _csv(tmp_path / "1.csv", "a,b\n1,x\n")
+    push_ingest(dataset, "grows", runner, [first], _options(tmp_path), system_time=T1)
+    head = dataset.head()
+    wider = _csv(tmp_path / "2.csv", "a,b,c\n2,y,z\n")
+    with pytest.raises(SchemaEvolutionError) as err:
+        push_ingest(dataset, "grows", runner, [wider], _options(tmp_path), system_time=T2)
+    assert [(c.column, c.rule, c.allowed) for c in err.value.changes] == [
+        ("c", "optional-column-added", True)
+    ]
+    assert "policy strict" in str(err.value) and "c: - -> Option<String>" in str(err.value)
+    assert dataset.head() == head
+    result = push_ingest(
+        dataset, "grows", runner, [wider], _options(tmp_path, schema_policy="additive"), system_time=T2
+    )
+    events = [b.event for _, b in dataset.iter_blocks(stop=head)][::-1]
+    assert [type(e).__name__ for e in events] == ["SetDataSchema", "AddData"]
+    assert [f.name for f in events[0].schema.fields][-3:] == ["a", "b", "c"]
+    assert result.records == 1 and [r.get("c") for r in _rows(dataset)] == [None, "z"]
+    # a removed column is refused under either policy, and nothing is committed
+    head = dataset.head()
+    narrower = _csv(tmp_path / "3.csv", "a,c\n3,w\n")
+    with pytest.raises(SchemaEvolutionError, match=r"b: .*column-removed, denied"):
+        push_ingest(
+            dataset, "grows", runner, [narrower], _options(tmp_path, schema_policy="additive"), system_time=T3
+        )
     assert dataset.head() == head
 
 

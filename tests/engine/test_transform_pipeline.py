@@ -367,3 +367,27 @@ def test_query_evolution_is_checked_before_commit(env: Env, capsys: pytest.Captu
     assert "evolving" in err and "note" in err and "column-removed" in err
     assert dataset.head() == head
     assert verify_reproducibility(env.repo, "evolving", env.runner, env.tmp / "v") == []
+
+
+def test_transform_schema_policy(env: Env) -> None:
+    _derivative(env.repo, "policy", [(None, f"SELECT event_time, order_id FROM `{ORDERS}`")], ORDERS)
+    env.push(ORDERS, "2024-01-01T10:00:00Z,1,10\n")
+    env.transform("policy")
+    dataset = env.repo.dataset("policy")
+    # a query change committed without the add-time check (e.g. by another tool)
+    wider = _derivative_snapshot(
+        "policy", [(None, f"SELECT event_time, order_id, quantity FROM `{ORDERS}`")], ORDERS
+    )
+    dataset.commit([env.repo.normalize_event(wider.metadata[0])], system_time=_t(20))
+    env.push(ORDERS, "2024-01-02T10:00:00Z,2,20\n")
+    head = dataset.head()
+    with pytest.raises(SchemaEvolutionError, match=r"policy strict.*quantity: - -> Option<Int64>"):
+        env.transform("policy")
+    assert dataset.head() == head
+    result = env.transform("policy", schema_policy="additive")
+    assert [type(b.event).__name__ for h, b in dataset.iter_blocks(stop=head)] == [
+        "ExecuteTransform",
+        "SetDataSchema",
+    ]
+    assert result.records == 1
+    assert env.rows("policy", "order_id", "quantity") == [(0, 0, 1, None), (1, 0, 2, 20)]
