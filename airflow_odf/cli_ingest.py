@@ -1,4 +1,5 @@
-"""The data commands of `odf`: `pull` (polling ingest), `ingest` (push), `transform` and `tail`.
+"""The data commands of `odf`: `pull` (one dataset or a whole pipeline), `ingest` (push), `transform`
+and `tail`.
 
 The engine is the in-process local Spark (default) or `spark-submit` (`--engine spark-submit --master
 URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER.
@@ -13,7 +14,15 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from airflow_odf.cli_engine import LazyRunner, engine_options
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.pull_plan import (
+    PlannedPull,
+    PullFailedError,
+    PullOutcome,
+    plan_pull,
+    run_pull_plan,
+)
 from airflow_odf.odf.repository import Repository
 from airflow_odf.odf.timestamps import Timestamp
 
@@ -24,16 +33,6 @@ if TYPE_CHECKING:  # the data modules load pyarrow: only the data commands pay f
 
 class CommandError(OdfError):
     """A bad command-line value (reported like other bad input: exit code 2)."""
-
-
-def _runner(args: argparse.Namespace) -> EngineRunner:
-    from airflow_odf.odf.engine_runner import SparkSubmitRunner
-
-    if args.engine == "spark-submit":
-        return SparkSubmitRunner(args.master or "local[*]", log=lambda line: print(line, file=sys.stderr))
-    from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
-
-    return LocalSparkRunner(args.master or "local[*]")
 
 
 def _timestamp(value: str | None, option: str) -> Timestamp | None:
@@ -69,19 +68,107 @@ def _report(args: argparse.Namespace, result: IngestResult) -> None:
         )
 
 
-def cmd_pull(args: argparse.Namespace) -> None:
-    from airflow_odf.odf.ingest import pull_polling
+def _pull_options(args: argparse.Namespace) -> None:
+    """Checks the combination of names and options before anything runs."""
+    if args.all and args.names:
+        raise CommandError("odf pull: give dataset names or --all, not both")
+    if not args.all and not args.names:
+        raise CommandError("odf pull: name the datasets to pull, or use --all")
+    if args.max_workers < 1:
+        raise CommandError(f"--max-workers: expected 1 or more, got {args.max_workers}")
+    if args.set_watermark is not None and (args.all or args.recursive or len(args.names) != 1):
+        raise CommandError("--set-watermark: only for a single dataset, without --recursive or --all")
 
+
+def _pull_one(
+    args: argparse.Namespace, repo: Repository, runner: EngineRunner, planned: PlannedPull
+) -> IngestResult:
+    """Pulls one planned dataset: a polling ingest for a root, a transform for a derivative."""
+    from airflow_odf.odf.ingest import IngestResult, pull_polling
+    from airflow_odf.odf.transform import TransformOptions, run_transform
+
+    if planned.action == "transform":
+        options = TransformOptions(
+            work_dir=repo.root / "cache",
+            max_input_records=args.max_input_records,
+            recover_diverged=args.reset_derivatives_on_diverged_input,
+            log=lambda line: print(line, file=sys.stderr),
+        )
+        return run_transform(repo, planned.name, runner, options)
+    if planned.action == "ingest":
+        options = _options(
+            args,
+            repo,
+            fetch_uncacheable=args.fetch_uncacheable,
+            set_watermark=_timestamp(args.set_watermark, "--set-watermark"),
+            files_per_batch=args.files_per_batch,
+        )
+        return pull_polling(repo.dataset_by_id(planned.dataset_id), planned.name, runner, options)
+    head = None if planned.head is None else str(planned.head)
+    return IngestResult(planned.name, str(planned.dataset_id), head, head)
+
+
+def _outcome_dict(outcome: PullOutcome[IngestResult]) -> dict[str, Any]:
+    head = {} if outcome.result is None else outcome.result.as_dict()
+    return {
+        "dataset": outcome.name,
+        "dataset_id": str(outcome.planned.dataset_id),
+        **head,
+        "depth": outcome.planned.depth,
+        "status": outcome.status,
+        "message": outcome.message,
+    }
+
+
+def _report_pull(
+    args: argparse.Namespace, outcomes: list[PullOutcome[IngestResult]], *, single: bool
+) -> None:
+    if args.format == "json":
+        plain: Any = [_outcome_dict(o) for o in outcomes]
+        if single:  # as before `odf pull` took several names: the result alone
+            plain = outcomes[0].result.as_dict() if outcomes[0].result is not None else None
+        print(json.dumps(plain, indent=2))
+        return
+    if not outcomes:
+        print("no datasets to pull")
+    for outcome in outcomes:
+        if outcome.result is not None and outcome.status == "up-to-date" and outcome.message:
+            print(f"{outcome.name}: up to date ({outcome.message})")
+        elif outcome.result is not None:
+            _report(args, outcome.result)
+        elif outcome.status == "failed":
+            print(f"{outcome.name}: failed")
+        else:
+            print(outcome.line())
+
+
+def cmd_pull(args: argparse.Namespace) -> None:
+    """`odf pull NAME...`: one dataset keeps the output of old (a dict); several, --recursive or --all
+    report a list in execution order, and fail (after running what they can) if any dataset failed.
+    """
+    _pull_options(args)
+    _timestamp(args.set_watermark, "--set-watermark")
     repo = Repository.open(args.repo)
-    dataset = repo.dataset(args.name)
-    options = _options(
-        args,
-        repo,
-        fetch_uncacheable=args.fetch_uncacheable,
-        set_watermark=_timestamp(args.set_watermark, "--set-watermark"),
-        files_per_batch=args.files_per_batch,
+    plan = plan_pull(repo, None if args.all else args.names, recursive=args.recursive)
+    single = not args.all and not args.recursive and len(plan.datasets) == 1
+    if args.set_watermark is not None and plan.datasets[0].action != "ingest":
+        raise CommandError(f"--set-watermark: {plan.datasets[0].name} is not a root with a polling source")
+    runner = LazyRunner(args)
+    outcomes = run_pull_plan(
+        plan, lambda planned: _pull_one(args, repo, runner, planned), max_workers=args.max_workers
     )
-    _report(args, pull_polling(dataset, args.name, _runner(args), options))
+    failed = [o for o in outcomes if o.status == "failed"]
+    if single and failed:  # reported as before: the error itself (its exit code, its wording)
+        assert failed[0].error is not None
+        raise failed[0].error
+    _report_pull(args, outcomes, single=single)
+    if not failed:
+        return
+    unexpected = [o.error for o in failed if o.error is not None and not isinstance(o.error, OdfError)]
+    if unexpected:  # a bug stays a traceback, after one line per failed dataset
+        print(PullFailedError(failed), file=sys.stderr)
+        raise unexpected[0]
+    raise PullFailedError(failed)
 
 
 def cmd_ingest(args: argparse.Namespace) -> None:
@@ -92,7 +179,7 @@ def cmd_ingest(args: argparse.Namespace) -> None:
     result = push_ingest(
         dataset,
         args.name,
-        _runner(args),
+        LazyRunner(args),
         [os.path.abspath(f) for f in args.files],
         _options(args, repo),
         source_name=args.source,
@@ -115,9 +202,10 @@ def cmd_transform(args: argparse.Namespace) -> None:
         work_dir=repo.root / "cache",
         pinned_heads=pins or None,
         max_input_records=args.max_input_records,
+        recover_diverged=args.reset_derivatives_on_diverged_input,
         log=lambda line: print(line, file=sys.stderr),
     )
-    _report(args, run_transform(repo, args.name, _runner(args), options))
+    _report(args, run_transform(repo, args.name, LazyRunner(args), options))
 
 
 def cmd_tail(args: argparse.Namespace) -> None:
@@ -143,21 +231,38 @@ def cmd_tail(args: argparse.Namespace) -> None:
 
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     """Adds `pull`, `ingest`, `transform` and `tail` to the `odf` parser."""
-    engine_arg = argparse.ArgumentParser(add_help=False)
-    engine_arg.add_argument(
-        "--engine", choices=("local", "spark-submit"), default=os.environ.get("ODF_ENGINE", "local")
-    )
-    engine_arg.add_argument("--master", default=os.environ.get("ODF_SPARK_MASTER"), help="Spark master URL")
+    engine_arg = argparse.ArgumentParser(add_help=False, parents=[engine_options()])
     engine_arg.add_argument("--format", choices=("text", "json"), default="text")
     ingest_arg = argparse.ArgumentParser(add_help=False)
     ingest_arg.add_argument("--max-records-per-slice", type=int, help="split the new data into slices")
     ingest_arg.add_argument(
         "--quarantine-bad-records", action="store_true", help="set malformed records aside instead of failing"
     )
-    p = groups.add_parser(
-        "pull", parents=[repo_arg, engine_arg, ingest_arg], help="ingest from a dataset's polling source"
+    transform_arg = argparse.ArgumentParser(add_help=False)
+    transform_arg.add_argument(
+        "--max-input-records", type=int, help="derivatives: split a backlog into runs of this many records"
     )
-    p.add_argument("name")
+    transform_arg.add_argument(
+        "--reset-derivatives-on-diverged-input",
+        action="store_true",
+        help="derivatives: when an input was reset or compacted, re-process it from scratch",
+    )
+    p = groups.add_parser(
+        "pull",
+        parents=[repo_arg, engine_arg, ingest_arg, transform_arg],
+        help="bring datasets up to date: ingest roots from their polling source, transform derivatives",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument(
+        "-r", "--recursive", action="store_true", help="first update everything upstream, in dependency order"
+    )
+    p.add_argument("--all", action="store_true", help="pull every dataset of the repository")
+    p.add_argument(
+        "--max-workers",
+        type=int,
+        default=2,
+        help="datasets of one dependency level pulled at once (default 2)",
+    )
     p.add_argument(
         "--fetch-uncacheable", action="store_true", help="re-fetch sources without caching headers"
     )
@@ -173,7 +278,9 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p.add_argument("--event-time", metavar="T", help="event time for records that carry none (RFC 3339)")
     p.set_defaults(func=cmd_ingest)
     p = groups.add_parser(
-        "transform", parents=[repo_arg, engine_arg], help="bring a derivative dataset up to date"
+        "transform",
+        parents=[repo_arg, engine_arg, transform_arg],
+        help="bring a derivative dataset up to date",
     )
     p.add_argument("name")
     p.add_argument(
@@ -182,7 +289,6 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
         metavar="ALIAS=HASH",
         help="process this input only up to that block (repeatable)",
     )
-    p.add_argument("--max-input-records", type=int, help="split a backlog into runs of this many records")
     p.set_defaults(func=cmd_transform)
     p = groups.add_parser("tail", parents=[repo_arg], help="print a dataset's last records")
     p.add_argument("name")

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 from airflow_odf.engine.job import run_request
 from airflow_odf.engine.session import get_session
 
+_ONE_AT_A_TIME = threading.Lock()
+
 
 class LocalSparkRunner:
-    """Runs engine requests on this process's SparkSession (a JVM start costs seconds; it is paid once)."""
+    """Runs engine requests on this process's SparkSession (a JVM start costs seconds; it is paid once).
+
+    One request at a time per process: the session's temporary views (transform inputs, named by alias)
+    and its cache are process-wide, so concurrent requests (e.g. `odf pull --recursive` running a level
+    in threads) would read each other's inputs. Fetching, planning and committing still overlap.
+    """
 
     def __init__(self, master: str = "local[*]", conf: dict[str, str] | None = None) -> None:
         self.master = master
         self.conf = conf
 
     def run(self, request_json: str, work_dir: Path) -> str:
-        spark = get_session(self.master, self.conf)
-        return json.dumps(run_request(spark, json.loads(request_json)))
+        with _ONE_AT_A_TIME:
+            spark = get_session(self.master, self.conf)
+            return json.dumps(run_request(spark, json.loads(request_json)))
