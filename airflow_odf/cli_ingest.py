@@ -24,6 +24,7 @@ from airflow_odf.odf.pull_plan import (
     run_pull_plan,
 )
 from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.schema_policy import SCHEMA_POLICIES, STRICT
 from airflow_odf.odf.timestamps import Timestamp
 
 if TYPE_CHECKING:  # the data modules load pyarrow: only the data commands pay for it
@@ -51,6 +52,7 @@ def _options(args: argparse.Namespace, repo: Repository, **kwargs: Any) -> Inges
         work_dir=repo.root / "cache",
         max_records_per_slice=args.max_records_per_slice,
         bad_records="quarantine" if args.quarantine_bad_records else "fail",
+        schema_policy=args.schema_policy,
         log=lambda line: print(line, file=sys.stderr),
         **kwargs,
     )
@@ -92,6 +94,7 @@ def _pull_one(
             work_dir=repo.root / "cache",
             max_input_records=args.max_input_records,
             recover_diverged=args.reset_derivatives_on_diverged_input,
+            schema_policy=args.schema_policy,
             log=lambda line: print(line, file=sys.stderr),
         )
         return run_transform(repo, planned.name, runner, options)
@@ -202,6 +205,7 @@ def cmd_transform(args: argparse.Namespace) -> None:
         work_dir=repo.root / "cache",
         pinned_heads=pins or None,
         max_input_records=args.max_input_records,
+        schema_policy=args.schema_policy,
         recover_diverged=args.reset_derivatives_on_diverged_input,
         log=lambda line: print(line, file=sys.stderr),
     )
@@ -232,6 +236,12 @@ def cmd_tail(args: argparse.Namespace) -> None:
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     """Adds `pull`, `ingest`, `transform` and `tail` to the `odf` parser."""
     engine_arg = argparse.ArgumentParser(add_help=False, parents=[engine_options()])
+    engine_arg.add_argument(
+        "--schema-policy",
+        choices=SCHEMA_POLICIES,
+        default=STRICT,
+        help="new data whose schema differs: strict refuses it, additive commits allowed changes",
+    )
     engine_arg.add_argument("--format", choices=("text", "json"), default="text")
     ingest_arg = argparse.ArgumentParser(add_help=False)
     ingest_arg.add_argument("--max-records-per-slice", type=int, help="split the new data into slices")
