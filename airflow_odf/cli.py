@@ -22,6 +22,7 @@ from airflow_odf.odf.integrity import collect_garbage, verify_integrity
 from airflow_odf.odf.manifests import dump_manifest, manifest_to_plain, read_manifests, read_single
 from airflow_odf.odf.multiformats import Multihash
 from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.snapshot_order import dependency_order
 from airflow_odf.odf.storage import ConflictError
 
 EXIT_BAD_INPUT = 2
@@ -104,30 +105,6 @@ def cmd_init(args: argparse.Namespace) -> None:
     print(f"initialised ODF repository in {repo.root}")
 
 
-def _input_order(snapshots: list[model.DatasetSnapshot]) -> list[model.DatasetSnapshot]:
-    """One snapshot per dataset name — the last one given wins — with derivatives after their inputs."""
-    by_name = {s.name.lower(): s for s in snapshots}
-    ordered: list[model.DatasetSnapshot] = []
-    done: set[str] = set()
-
-    def visit(s: model.DatasetSnapshot, path: frozenset[str]) -> None:
-        key = s.name.lower()
-        if key in done or key in path:
-            return
-        for event in s.metadata:
-            if isinstance(event, model.SetTransform):
-                for inp in event.inputs:
-                    dep = by_name.get(inp.dataset_ref.lower())
-                    if dep is not None:
-                        visit(dep, path | {key})
-        done.add(key)
-        ordered.append(s)
-
-    for s in by_name.values():
-        visit(s, frozenset())
-    return ordered
-
-
 def _checked(repo: Repository, snapshot: model.DatasetSnapshot, runner: LazyRunner) -> model.DatasetSnapshot:
     """The snapshot, once a changed query of an existing derivative passed the schema-evolution check."""
     if snapshot.kind is not model.DatasetKind.DERIVATIVE:
@@ -149,7 +126,7 @@ def cmd_add(args: argparse.Namespace) -> None:
     if lines:
         raise CliError(lines)
     runner = LazyRunner(args)
-    for snapshot in _input_order(snapshots):
+    for snapshot in dependency_order(snapshots):
         try:
             result = repo.add(_checked(repo, snapshot, runner))
         except ConflictError:

@@ -1,8 +1,22 @@
-"""Provider metadata read by Airflow's ProvidersManager through the `apache_airflow_provider` entry point."""
+"""Provider metadata read by Airflow's ProvidersManager through the `apache_airflow_provider` entry point.
+
+Kept free of Airflow imports: discovery calls it in every Airflow process.
+"""
 
 from __future__ import annotations
 
 from typing import Any
+
+REPO_UI_FIELD_BEHAVIOUR: dict[str, Any] = {
+    "hidden-fields": ["schema", "port", "login"],
+    "relabeling": {"host": "Repository URL", "password": "Bearer token (HTTP repositories)"},
+    "placeholders": {
+        "host": "file:///data/odf | s3://bucket/prefix | https://host/repo",
+        "extra": '{"aws_conn_id": "aws_default", "endpoint_url": "http://127.0.0.1:9000"}',
+    },
+}
+
+_INTEGRATION = "Open Data Fabric"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -11,4 +25,89 @@ def get_provider_info() -> dict[str, Any]:
         "name": "Open Data Fabric",
         "description": "Run verifiable, reproducible Open Data Fabric (ODF) pipelines on PySpark.",
         "versions": ["0.1.0"],
+        "integrations": [
+            {
+                "integration-name": _INTEGRATION,
+                "external-doc-url": "https://docs.kamu.dev/odf/",
+                "tags": ["software"],
+            }
+        ],
+        "connection-types": [
+            {
+                "connection-type": "odf_repo",
+                "hook-class-name": "airflow_odf.hooks.repo.OdfRepoHook",
+                "hook-name": "ODF Repository",
+                "ui-field-behaviour": REPO_UI_FIELD_BEHAVIOUR,
+                "conn-fields": {
+                    "aws_conn_id": {
+                        "label": "AWS connection id (S3 repositories)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "endpoint_url": {
+                        "label": "S3 endpoint URL (S3-compatible stores)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "token": {
+                        "label": "Bearer token (HTTP repositories)",
+                        "schema": {"type": ["string", "null"], "format": "password"},
+                    },
+                },
+            }
+        ],
+        "hooks": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_odf.hooks.repo", "airflow_odf.hooks.spark_engine"],
+            }
+        ],
+        "operators": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": [
+                    "airflow_odf.operators.manifest",
+                    "airflow_odf.operators.ingest",
+                    "airflow_odf.operators.transform",
+                    "airflow_odf.operators.schema",
+                    "airflow_odf.operators.verify",
+                ],
+            }
+        ],
+        "sensors": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_odf.sensors.head", "airflow_odf.sensors.source"],
+            }
+        ],
+        "triggers": [{"integration-name": _INTEGRATION, "python-modules": ["airflow_odf.triggers.head"]}],
+        "notifications": ["airflow_odf.notifications.schema_violation.OdfSchemaViolationNotifier"],
+        "asset-uris": [
+            {
+                "schemes": ["odf"],
+                "handler": "airflow_odf.assets.sanitize_uri",
+                "factory": "airflow_odf.assets.create_asset",
+                "to_openlineage_converter": "airflow_odf.assets.convert_asset_to_openlineage",
+            }
+        ],
+        "config": {
+            "odf": {
+                "description": "Defaults of the Open Data Fabric provider.",
+                "options": {
+                    "default_engine": {
+                        "description": "How operators run engine requests: spark-submit (through the Spark "
+                        "connection) or local (the worker's own local SparkSession).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "local",
+                        "default": "spark-submit",
+                    },
+                    "schema_policy": {
+                        "description": "Default schema policy of ingest and transform tasks.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "additive",
+                        "default": "strict",
+                    },
+                },
+            }
+        },
     }

@@ -10,6 +10,7 @@ not the reference's O(n²).
 from __future__ import annotations
 
 import glob
+import os
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -108,7 +109,10 @@ class GlobSource:
         )
 
     def _list(self) -> list[_Entry]:
-        paths = [Path(p) for p in glob.glob(self._step.path, recursive=True)]
+        pattern = self._step.path
+        if self._options.base_dir is not None and not os.path.isabs(pattern):
+            pattern = os.path.join(self._options.base_dir, pattern)
+        paths = [Path(p) for p in glob.glob(pattern, recursive=True)]
         entries = [
             _Entry(p, self._time_from_name(p.name, f"file {p}") if self._by_event_time else None)
             for p in paths

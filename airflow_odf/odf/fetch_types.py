@@ -30,6 +30,7 @@ class FetchOptions:
     env: Mapping[str, str] | None = None
     timeout: float = 30.0
     allow_shell: bool = False  # for prepare(); the ingest layer passes it on, fetch does not use it
+    base_dir: Path | None = None  # relative FilesGlob paths are resolved here (default: the working dir)
     log: Callable[[str], None] = field(default=_logger.info)
 
     def environment(self) -> Mapping[str, str]:

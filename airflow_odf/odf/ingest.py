@@ -41,6 +41,7 @@ from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
 from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
 from airflow_odf.odf.manifests import union_to_plain
+from airflow_odf.odf.multiformats import Multihash
 from airflow_odf.odf.prepare import prepare
 from airflow_odf.odf.schema_evolution import odf_schema
 from airflow_odf.odf.schema_policy import STRICT, schema_events_for
@@ -66,6 +67,7 @@ class IngestOptions:
 
     `extra` is recorded in every AddData's `extra` attributes (e.g. the Airflow run that committed it).
     `schema_policy` (`strict` or `additive`) decides whether new data may evolve the schema.
+    `source_dir` is where relative FilesGlob paths are resolved (default: the working directory).
     """
 
     work_dir: Path
@@ -79,6 +81,7 @@ class IngestOptions:
     max_iterations: int | None = None
     extra: dict[str, Any] | None = None
     schema_policy: str = STRICT
+    source_dir: Path | None = None
     log: Callable[[str], None] = _log.info
 
 
@@ -162,6 +165,7 @@ def pull_polling(
             fetch_uncacheable=options.fetch_uncacheable,
             files_per_batch=options.files_per_batch,
             allow_shell=options.allow_shell,
+            base_dir=options.source_dir,
             log=options.log,
         ),
     )
@@ -503,3 +507,31 @@ def _no_nulls(response: IngestResponse, column: str) -> bool:
             if stats is None or stats.null_count is None or stats.null_count > 0:
                 return False
     return True
+
+
+def committed_with_extra(dataset: Dataset, alias: str, key: str, value: str) -> IngestResult | None:
+    """The result of an earlier commit whose AddData blocks carry `extra[key] == value`, else None.
+
+    A retried task uses this to tell that its first try's commit already landed (walks the chain).
+    """
+    marked: list[tuple[Multihash, model.MetadataBlock]] = []
+    for h, block in dataset.iter_blocks():
+        extra = getattr(block.event, "extra", None) or {}
+        if extra.get(key) == value:
+            marked.append((h, block))
+        elif marked:
+            break
+    if not marked:
+        return None
+    state = dataset.state()
+    first = marked[-1][1]
+    prev = None if first.prev_block_hash is None else str(first.prev_block_hash)
+    records = 0
+    for _, block in marked:
+        data = getattr(block.event, "new_data", None)
+        if data is not None:
+            records += data.offset_interval.end - data.offset_interval.start + 1
+    new_blocks = [str(h) for h, _ in reversed(marked)]
+    result = IngestResult(alias, str(state.dataset_id), prev, str(marked[0][0]), new_blocks)
+    result.records = records
+    return result

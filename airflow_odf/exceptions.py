@@ -1,0 +1,36 @@
+"""Airflow-side exceptions: how ODF failures map onto Airflow's retry semantics.
+
+Bad input, a broken chain or a schema violation will not get better by retrying: those fail the task
+at once (`AirflowFailException`). A source that is unreachable, a concurrent writer or a crashed Spark
+job may: those fail with `AirflowException`, and the task's retries apply.
+"""
+
+from __future__ import annotations
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_odf.odf.engine_runner import EngineRunError
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.fetch_types import FetchError
+from airflow_odf.odf.schema_evolution import SchemaChange, SchemaEvolutionError
+from airflow_odf.odf.storage import ConflictError
+
+
+class OdfSchemaViolationException(AirflowFailException):
+    """New data or a new query breaks the schema-evolution rules; `changes` is the structured diff."""
+
+    def __init__(self, dataset: str, message: str, changes: list[SchemaChange]) -> None:
+        super().__init__(message)
+        self.dataset = dataset
+        self.changes = changes
+
+
+def airflow_error(dataset: str, error: OdfError) -> AirflowException:
+    """The Airflow exception to raise for an ODF error of `dataset`."""
+    if isinstance(error, SchemaEvolutionError):
+        return OdfSchemaViolationException(dataset, str(error), error.changes)
+    if isinstance(error, FetchError) and error.retryable:
+        return AirflowException(str(error))
+    if isinstance(error, ConflictError | EngineRunError):
+        return AirflowException(f"{dataset}: {error}")
+    return AirflowFailException(str(error))

@@ -1,0 +1,1 @@
+"""The Airflow layer: hooks."""

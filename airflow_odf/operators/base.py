@@ -1,0 +1,126 @@
+"""What every ODF operator shares: the repository and engine connections, error mapping, XCom and assets.
+
+Each operator resolves its connections in `execute` (never at parse time), calls one function of the
+core, and returns the core's result dict as XCom: `{dataset, dataset_id, prev_head, new_head,
+new_blocks, records, up_to_date}`. The dataset's asset (`odf://<dataset id>`) gets an event carrying
+`{head, prev_head}` through the operator's `AssetAlias` outlet, so DAGs can be scheduled on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from airflow.sdk import AssetAlias, BaseOperator, Context
+from airflow.sdk.configuration import conf
+
+from airflow_odf.assets import odf_asset
+from airflow_odf.exceptions import airflow_error
+from airflow_odf.hooks.repo import OdfRepoHook
+from airflow_odf.odf.engine_runner import EngineRunner
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.repository import Repository
+
+ENGINES = ("spark-submit", "local")
+RUN_EXTRA_KEY = "airflow-provider-odf.dev/airflow-task"
+T = TypeVar("T")
+
+
+def default_schema_policy() -> str:
+    """`[odf] schema_policy` (strict unless configured)."""
+    return conf.get("odf", "schema_policy", fallback="strict")
+
+
+def asset_alias(dataset: str) -> AssetAlias:
+    """The outlet through which an operator reports the asset of `dataset` (its DID is known at run time)."""
+    return AssetAlias(name=f"odf:{dataset}")
+
+
+class OdfBaseOperator(BaseOperator):
+    """Base of the ODF operators: `dataset` in the repository of `odf_conn_id`, data work on Spark.
+
+    `engine="spark-submit"` runs each engine request as a job on the cluster of the Spark connection
+    `spark_conn_id`; `engine="local"` runs it in the worker's own local SparkSession. The default is
+    `[odf] default_engine` (spark-submit).
+    """
+
+    template_fields: tuple[str, ...] = ("dataset",)
+    ui_color = "#d5e8f7"
+
+    def __init__(
+        self,
+        *,
+        dataset: str,
+        odf_conn_id: str = OdfRepoHook.default_conn_name,
+        spark_conn_id: str = "spark_default",
+        engine: str | None = None,
+        spark_conf: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        engine = engine or conf.get("odf", "default_engine", fallback="spark-submit")
+        if engine not in ENGINES:
+            raise ValueError(f"engine={engine!r}: expected one of {', '.join(ENGINES)}")
+        if not dataset:
+            raise ValueError("dataset: the name of an ODF dataset is required")
+        kwargs.setdefault("outlets", [asset_alias(dataset)])
+        super().__init__(**kwargs)
+        self.dataset = dataset
+        self.odf_conn_id = odf_conn_id
+        self.spark_conn_id = spark_conn_id
+        self.engine = engine
+        self.spark_conf = spark_conf or {}
+        self._runner: Any = None
+
+    def repository(self) -> Repository:
+        return self.call(lambda: OdfRepoHook(self.odf_conn_id).open_repository())
+
+    def runner(self) -> EngineRunner:
+        if self.engine == "local":
+            from airflow_odf.engine.local_runner import LocalSparkRunner  # pyspark in the worker
+
+            self._runner = LocalSparkRunner(self.spark_conf.get("spark.master", "local[*]"), self.spark_conf)
+        else:
+            from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner
+
+            name = f"odf-{self.dag_id}-{self.task_id}"
+            self._runner = SparkSubmitEngineRunner(self.spark_conn_id, conf=self.spark_conf, name=name)
+        return self._runner
+
+    @staticmethod
+    def work_dir(repo: Repository) -> Path:
+        """Scratch space inside the repository (same file system: slices move, not copy)."""
+        return repo.root / "cache"
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Runs a core call, turning ODF errors into the Airflow exception with the right retry semantics."""
+        try:
+            return fn()
+        except OdfError as e:
+            raise airflow_error(self.dataset, e) from None
+
+    def run_marker(self, context: Context) -> str:
+        """Identifies this task's run in the blocks it commits (so that a retry can find them)."""
+        ti = context["ti"]
+        marker = f"{ti.dag_id}/{ti.run_id}/{ti.task_id}"
+        return marker if ti.map_index in (None, -1) else f"{marker}/{ti.map_index}"
+
+    def report(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
+        """Emits the asset event of the dataset (`{head, prev_head}`) and returns the XCom dict."""
+        if result.get("dataset_id") and result.get("new_head"):
+            alias = asset_alias(self.dataset)
+            if any(isinstance(o, AssetAlias) and o.name == alias.name for o in self.outlets):
+                context["outlet_events"][alias].add(
+                    odf_asset(result["dataset_id"], result["dataset"]),
+                    extra={"head": result["new_head"], "prev_head": result["prev_head"]},
+                )
+        self.log.info(
+            "%s: %s",
+            result.get("dataset"),
+            "up to date" if result.get("up_to_date") else result.get("new_head"),
+        )
+        return result
+
+    def on_kill(self) -> None:
+        if self._runner is not None and hasattr(self._runner, "on_kill"):
+            self._runner.on_kill()

@@ -1,0 +1,159 @@
+"""Root-dataset ingestion as Airflow tasks: a polling source (`OdfIngestOperator`) or pushed files
+(`OdfPushIngestOperator`).
+
+Both record the task's run in the AddData blocks they commit (`extra`), so that a retry whose first
+try already committed adds nothing and reports that commit instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Context
+
+from airflow_odf.odf.ingest import (
+    IngestOptions,
+    IngestResult,
+    committed_with_extra,
+    pull_polling,
+    push_ingest,
+)
+from airflow_odf.odf.schema_policy import SCHEMA_POLICIES
+from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.operators.base import RUN_EXTRA_KEY, OdfBaseOperator, default_schema_policy
+
+
+class _IngestOperator(OdfBaseOperator):
+    """What both ingest operators share: the ingest options and the retry check."""
+
+    def __init__(
+        self,
+        *,
+        schema_policy: str | None = None,
+        max_records_per_slice: int | None = None,
+        quarantine_bad_records: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        schema_policy = schema_policy or default_schema_policy()
+        if schema_policy not in SCHEMA_POLICIES:
+            raise ValueError(f"schema_policy={schema_policy!r}: expected one of {', '.join(SCHEMA_POLICIES)}")
+        super().__init__(**kwargs)
+        self.schema_policy = schema_policy
+        self.max_records_per_slice = max_records_per_slice
+        self.quarantine_bad_records = quarantine_bad_records
+
+    def options(self, context: Context, work_dir: Path, **kwargs: Any) -> IngestOptions:
+        return IngestOptions(
+            work_dir=work_dir,
+            max_records_per_slice=self.max_records_per_slice,
+            bad_records="quarantine" if self.quarantine_bad_records else "fail",
+            schema_policy=self.schema_policy,
+            extra={RUN_EXTRA_KEY: self.run_marker(context)},
+            log=self.log.info,
+            **kwargs,
+        )
+
+    def ingest(self, context: Context, fn: Any) -> dict[str, Any]:
+        repo = self.repository()
+        dataset = self.call(lambda: repo.dataset(self.dataset))
+        if context["ti"].try_number > 1:
+            landed = committed_with_extra(dataset, self.dataset, RUN_EXTRA_KEY, self.run_marker(context))
+            if landed is not None:
+                self.log.info("%s: the previous try already committed %s", self.dataset, landed.new_head)
+                return self.report(context, landed.as_dict())
+        result: IngestResult = self.call(lambda: fn(dataset, self.runner(), self.work_dir(repo)))
+        return self.report(context, result.as_dict())
+
+
+class OdfIngestOperator(_IngestOperator):
+    """Ingests from the dataset's polling source (SetPollingSource) until it has nothing new.
+
+    :param dataset: the root dataset's name in the repository of `odf_conn_id`.
+    :param fetch_uncacheable: re-fetch sources that give no caching headers.
+    :param set_watermark: advance the watermark to this RFC 3339 time (templated).
+    :param files_per_batch: FilesGlob: files per AddData block.
+    :param source_dir: the directory relative FilesGlob paths are resolved against (templated; default:
+        the worker's working directory).
+    """
+
+    template_fields = ("dataset", "set_watermark", "source_dir")
+
+    def __init__(
+        self,
+        *,
+        fetch_uncacheable: bool = False,
+        set_watermark: str | None = None,
+        files_per_batch: int = 1,
+        source_dir: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if files_per_batch < 1:
+            raise ValueError(f"files_per_batch={files_per_batch}: must be at least 1")
+        super().__init__(**kwargs)
+        self.fetch_uncacheable = fetch_uncacheable
+        self.set_watermark = set_watermark
+        self.files_per_batch = files_per_batch
+        self.source_dir = source_dir
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        watermark = None if not self.set_watermark else self.call(lambda: Timestamp.parse(self.set_watermark))
+        return self.ingest(
+            context,
+            lambda dataset, runner, work_dir: pull_polling(
+                dataset,
+                self.dataset,
+                runner,
+                self.options(
+                    context,
+                    work_dir,
+                    fetch_uncacheable=self.fetch_uncacheable,
+                    set_watermark=watermark,
+                    files_per_batch=self.files_per_batch,
+                    source_dir=Path(self.source_dir) if self.source_dir else None,
+                ),
+            ),
+        )
+
+
+class OdfPushIngestOperator(_IngestOperator):
+    """Pushes files into one of the dataset's push sources (AddPushSource).
+
+    :param files: paths of the files to ingest (templated).
+    :param source_name: the push source (needed when the dataset has several).
+    :param event_time: event time for records that carry none (RFC 3339, templated).
+    """
+
+    template_fields = ("dataset", "files", "event_time")
+
+    def __init__(
+        self,
+        *,
+        files: Sequence[str] | str,
+        source_name: str | None = None,
+        event_time: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.files = files
+        self.source_name = source_name
+        self.event_time = event_time
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        files = [self.files] if isinstance(self.files, str) else list(self.files)
+        if not files:
+            raise ValueError(f"{self.dataset}: no files to ingest")
+        event_time = None if not self.event_time else self.call(lambda: Timestamp.parse(self.event_time))
+        return self.ingest(
+            context,
+            lambda dataset, runner, work_dir: push_ingest(
+                dataset,
+                self.dataset,
+                runner,
+                [Path(f).absolute() for f in files],
+                self.options(context, work_dir),
+                source_name=self.source_name,
+                event_time=event_time,
+            ),
+        )
