@@ -15,6 +15,7 @@ from pathlib import Path
 
 from airflow_odf.cli_engine import LazyRunner, engine_options
 from airflow_odf.cli_ingest import register as register_data_commands
+from airflow_odf.cli_schema import register as register_schema_commands
 from airflow_odf.odf import model
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.flatbuffers_codec import block_hash, decode_block, encode_block
@@ -327,6 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_gc)
     register_data_commands(groups, repo_arg)
+    register_schema_commands(groups, repo_arg)
     return parser
 
 

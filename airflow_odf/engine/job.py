@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -25,10 +26,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.infer_job import infer
 from airflow_odf.engine.merge import ROW_COLUMN, load_state, merge, next_state, write_state
 from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
 from airflow_odf.engine.readers import BAD_RECORD_MARK, LINE_FORMATS, read_input
 from airflow_odf.engine.session import get_session
+from airflow_odf.engine.spark_types import spark_to_arrow
 from airflow_odf.engine.transform_job import transform
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
@@ -50,7 +53,7 @@ def engine_info() -> dict[str, str]:
 
 def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Executes an ingest or transform request (`kind`); returns the response, `error` set on bad input."""
-    handler = transform if request.get("kind") == "transform" else _ingest
+    handler = {"transform": transform, "infer": infer}.get(request.get("kind"), _ingest)
     try:
         if request.get("version") != CONTRACT_VERSION:
             raise EngineInputError(
@@ -70,7 +73,7 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
 
 def _locate_bad_records(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any] | None:
     """After a job met a broken record: read the inputs again with the full check, to name file and line."""
-    schema = _schema(request.get("read_schema"))
+    schema = arrow_schema(request.get("read_schema"))
     try:
         for item in request["inputs"]:
             read_input(spark, request["read"], [item["path"]], schema)
@@ -84,11 +87,11 @@ def _first_lines(text: str, limit: int = 6) -> str:
     return "\n".join(lines[:limit])
 
 
-def _schema(text: str | None) -> pa.Schema | None:
+def arrow_schema(text: str | None) -> pa.Schema | None:
     return None if text is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
-def _read_inputs(
+def read_inputs(
     spark: SparkSession, request: dict[str, Any], vocab: Vocabulary
 ) -> tuple[DataFrame | None, int]:
     """The new records of all inputs, in input order, each tagged with its source's event time.
@@ -99,7 +102,7 @@ def _read_inputs(
     on its own (as the reference ingests one file per iteration) and the results are unioned.
     """
     inputs = request["inputs"]
-    read_schema = _schema(request.get("read_schema"))
+    read_schema = arrow_schema(request.get("read_schema"))
     batch = len(inputs) > 1 and not request.get("preprocess") and request["read"].get("kind") in LINE_FORMATS
     groups = [inputs] if batch else [[item] for item in inputs]
     frames, quarantined = [], 0
@@ -178,18 +181,46 @@ def _num_partitions(spark: SparkSession, request: dict[str, Any]) -> int:
     return max(1, min(-(-size // target), 4 * spark.sparkContext.defaultParallelism))
 
 
+def ingest_output(
+    new: DataFrame,
+    state: DataFrame | None,
+    request: dict[str, Any],
+    vocab: Vocabulary,
+    *,
+    system_time: datetime,
+    next_offset: int,
+    num_partitions: int = 1,
+) -> DataFrame:
+    """The ingest's output as it will be written: validated, event time set, merged against `state`
+    (None: the first ingest), data columns in input order, system columns added. Shared with `infer`."""
+    strategy = request["merge"]
+    validate_input(new, strategy["kind"], vocab.as_dict())
+    new = normalize_timestamps(new)
+    new = _with_event_time(new, vocab, arrow_schema(request.get("dataset_schema")))
+    merged = merge(strategy, new, state, vocab=vocab.as_dict())
+    # joins may move key columns first: the data columns keep the order the input gives them
+    ordered = [c for c in new.columns if c in merged.data.columns]
+    data = merged.data.select(*ordered, *[c for c in merged.data.columns if c not in ordered])
+    return with_system_columns(
+        data,
+        merged.sort_columns,
+        vocab=vocab,
+        system_time=system_time,
+        next_offset=next_offset,
+        num_partitions=num_partitions,
+        drop_columns=(ROW_COLUMN,),
+    )
+
+
 def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocabulary.from_request(request.get("vocab", {}))
     strategy = request["merge"]
-    new, quarantined = _read_inputs(spark, request, vocab)
+    new, quarantined = read_inputs(spark, request, vocab)
     response: dict[str, Any] = {"num_quarantined": quarantined}
     if quarantined:
         response["quarantine_path"] = os.path.join(request["out_dir"], "quarantine")
     if new is None:
         return response
-    validate_input(new, strategy["kind"], vocab.as_dict())
-    new = normalize_timestamps(new)
-    new = _with_event_time(new, vocab, _schema(request.get("dataset_schema")))
     state = load_state(
         spark,
         strategy,
@@ -197,19 +228,16 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         request.get("prev_data_paths", []),
         vocab=vocab.as_dict(),
     )
-    merged = merge(strategy, new, state, vocab=vocab.as_dict())
-    # joins may move key columns first: the data columns keep the order the input gives them
-    ordered = [c for c in new.columns if c in merged.data.columns]
-    data = merged.data.select(*ordered, *[c for c in merged.data.columns if c not in ordered])
-    output = with_system_columns(
-        data,
-        merged.sort_columns,
-        vocab=vocab,
+    output = ingest_output(
+        new,
+        state,
+        request,
+        vocab,
         system_time=parse_time(request["system_time"]),
         next_offset=request["next_offset"],
         num_partitions=_num_partitions(spark, request),
-        drop_columns=(ROW_COLUMN,),
     )
+    spark_to_arrow(output.schema)  # a column Spark holds but Parquet/ODF cannot (an interval) fails here
     slices, schema_file = write_slices(
         output,
         request["out_dir"],

@@ -16,7 +16,10 @@ Deliberately not mapped: Arrow custom metadata (schema and field level: pandas /
 not the logical schema; the reference drops it too) and ODF `extra` attributes other than the encoding
 ones. Names of list items ("item") and map children ("key", "value") are Arrow's defaults on the way
 back. An Arrow timestamp without timezone reads as `timezone: None`, like the reference, which the spec
-defines as UTC: that is the one Arrow type whose round trip changes (it comes back as "UTC").
+defines as UTC: that is the one Arrow type whose round trip changes (it comes back as "UTC"). On the ODF
+side, a bare `Null` comes back as `Option<Null>`: pyarrow has no non-nullable Null field.
+
+The full ODF <-> Arrow <-> Spark table is docs/schemas.md (tested by tests/unit/test_type_table.py).
 """
 
 from __future__ import annotations

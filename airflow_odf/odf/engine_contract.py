@@ -148,6 +148,61 @@ class TransformRequest:
 
 
 @dataclass
+class InferRequest:
+    """Read and preprocess sample files as the first ingest would, and report the schema it would record
+    (system columns included); the engine writes no data. Answered with an InferResponse."""
+
+    operation_id: str
+    dataset_id: str
+    dataset_alias: str
+    inputs: list[InputFile]
+    read: dict[str, Any]  # ODF ReadStep in manifest JSON form
+    merge: dict[str, Any]  # ODF MergeStrategy in manifest JSON form
+    out_dir: str  # scratch space of the engine
+    vocab: Vocab = field(default_factory=Vocab)
+    read_schema: str | None = None  # as in IngestRequest
+    preprocess: list[SqlStep] | None = None
+    kind: str = "infer"
+    version: int = CONTRACT_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1)
+
+
+@dataclass
+class TypeWidening:
+    """A column the engine holds as a coarser type than its source gives (e.g. uint8 -> short)."""
+
+    column: str
+    arrow_type: str
+    spark_type: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.column}: {self.arrow_type} -> {self.spark_type} ({self.reason})"
+
+
+@dataclass
+class InferResponse:
+    output_schema: str | None = None  # Arrow schema the first ingest would write
+    widenings: list[TypeWidening] = field(default_factory=list)  # of the read schema / source columns
+    engine: dict[str, str] = field(default_factory=dict)
+    error: EngineFailure | None = None
+    version: int = CONTRACT_VERSION
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> InferResponse:
+        data = _load(text, "response")
+        try:
+            data["widenings"] = [TypeWidening(**w) for w in data.get("widenings", [])]
+            if data.get("error") is not None:
+                data["error"] = EngineFailure(**data["error"])
+            return cls(**data)
+        except (TypeError, KeyError) as e:
+            raise EngineContractError(f"engine response: {e}") from None
+
+
+@dataclass
 class OutputSlice:
     """One written data file: a contiguous offset range, becomes one DataSlice / AddData block."""
 

@@ -276,7 +276,8 @@ class operation_dir:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def _read_schema(read: Any, alias: str) -> str | None:
+def read_schema_text(read: Any, alias: str) -> str | None:
+    """The read step's declared schema (`schema` or `ddlSchema`) as engine-contract text, if any."""
     try:
         if getattr(read, "schema", None) is not None:
             return schema_to_text(data_schema_to_arrow(read.schema))
@@ -287,9 +288,8 @@ def _read_schema(read: Any, alias: str) -> str | None:
     return None
 
 
-def _sql_steps(sql: model.TransformSql | None) -> list[SqlStep] | None:
-    if sql is None:
-        return None
+def sql_steps(sql: model.TransformSql) -> list[SqlStep]:
+    """The SQL steps of a preprocess or transform, in the engine contract's form."""
     if sql.queries:
         return [SqlStep(q.query, q.alias) for q in sql.queries]
     return [SqlStep(sql.query or "")]
@@ -357,8 +357,8 @@ def _run_and_commit(
             merge=merge_plain,
             out_dir=str(op_dir / "out"),
             vocab=Vocab.of(state.vocab),
-            read_schema=_read_schema(source.read, alias),
-            preprocess=_sql_steps(source.preprocess),
+            read_schema=read_schema_text(source.read, alias),
+            preprocess=None if source.preprocess is None else sql_steps(source.preprocess),
             dataset_schema=(
                 schema_to_text(data_schema_to_arrow(odf_schema(state.schema))) if state.schema else None
             ),
@@ -512,12 +512,19 @@ def _no_nulls(response: IngestResponse, column: str) -> bool:
 def committed_with_extra(dataset: Dataset, alias: str, key: str, value: str) -> IngestResult | None:
     """The result of an earlier commit whose AddData blocks carry `extra[key] == value`, else None.
 
-    A retried task uses this to tell that its first try's commit already landed (walks the chain).
+    A retried task uses this to tell that its first try's commit already landed (walks the chain from
+    the head). The SetDataSchema committed with the first AddData (same commit, same system time) is
+    part of that result, so the retry reports exactly what the first try would have.
     """
     marked: list[tuple[Multihash, model.MetadataBlock]] = []
     for h, block in dataset.iter_blocks():
         extra = getattr(block.event, "extra", None) or {}
-        if extra.get(key) == value:
+        schema_of_the_commit = (
+            marked
+            and isinstance(block.event, model.SetDataSchema)
+            and block.system_time == marked[-1][1].system_time
+        )
+        if extra.get(key) == value or schema_of_the_commit:
             marked.append((h, block))
         elif marked:
             break

@@ -5,8 +5,9 @@ the data when the change is allowed by the evolution rules (a new optional colum
 A denied change (a removed column, a changed type, a column that became optional while holding nulls)
 fails under both with SchemaEvolutionError carrying the whole diff, and nothing is committed.
 
-Two differences are not changes: a column the data never leaves null may be declared optional, and a
-column declared required may be optional in the file when the file holds no null in it.
+Three differences are not changes: a column the data never leaves null may be declared optional, a
+column declared required may be optional in the file when the file holds no null in it, and the
+declared attributes (descriptions, ...) which data never carries. A new SetDataSchema keeps them.
 """
 
 from __future__ import annotations
@@ -28,13 +29,17 @@ def check_policy(policy: str) -> str:
     return policy
 
 
+# data never carries attributes (descriptions, ...): those stay as declared
+_NOT_CHANGES = ("became-required", "attributes-changed")
+
+
 def _real_changes(
     current: model.DataSchema, new: model.DataSchema, has_no_nulls: Callable[[str], bool]
 ) -> list[SchemaChange]:
     return [
         c
         for c in diff_schemas(current, new)
-        if c.rule != "became-required" and not (c.rule == "became-optional" and has_no_nulls(c.column))
+        if c.rule not in _NOT_CHANGES and not (c.rule == "became-optional" and has_no_nulls(c.column))
     ]
 
 
@@ -58,11 +63,7 @@ def schema_events_for(
             f"{alias}: the output's schema does not fit the dataset's (policy {policy}); nothing committed",
             changes,
         )
-    # keep the declared type of columns whose only difference is tolerated (stricter, or never null)
-    tolerated = {c.column for c in diff_schemas(declared, new)} - {c.column for c in changes}
-    declared_types = {f.name: f.type for f in declared.fields}
-    fields = [
-        model.DataField(name=f.name, type=declared_types[f.name], extra=f.extra) if f.name in tolerated else f
-        for f in new.fields
-    ]
-    return [model.SetDataSchema(schema=model.DataSchema(fields=fields, extra=new.extra))]
+    # an existing column can only differ in what is tolerated: it keeps its declaration (type, attributes)
+    declared_fields = {f.name: f for f in declared.fields}
+    fields = [declared_fields.get(f.name, f) for f in new.fields]
+    return [model.SetDataSchema(schema=model.DataSchema(fields=fields, extra=declared.extra))]

@@ -25,7 +25,6 @@ from airflow_odf.odf.data_schema import data_schema_to_arrow
 from airflow_odf.odf.dataset import Dataset, StagedObject
 from airflow_odf.odf.engine_contract import (
     IngestResponse,
-    SqlStep,
     TransformInputSpec,
     TransformRequest,
     Vocab,
@@ -38,6 +37,7 @@ from airflow_odf.odf.ingest import (
     local_object,
     operation_dir,
     schema_events,
+    sql_steps,
     stage_checkpoint,
     stage_slice,
 )
@@ -189,12 +189,6 @@ def run_engine(
     if response.error is not None:
         raise IngestError(response.error.kind, f"{name}: {response.error.message}")
     return response
-
-
-def sql_steps(transform: model.TransformSql) -> list[SqlStep]:
-    if transform.queries:
-        return [SqlStep(q.query, q.alias) for q in transform.queries]
-    return [SqlStep(transform.query or "")]
 
 
 def request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:

@@ -1,0 +1,80 @@
+"""The engine's `infer` request: the schema the first ingest of a sample would record, without writing.
+
+The sample is read and preprocessed by the ingest job's own code, then taken through the same steps as an
+ingest's output (input validation, timestamp normalisation, event time, merge against no previous state,
+system columns); the result's Spark schema is turned into the Arrow schema Spark would write
+(`spark_to_arrow`, exact for the ODF session conf). Spark only plans this: no data is written, and the
+records are not checked (the ingest checks them). Widenings of the declared read schema, or of the
+columns of Parquet sample files, are reported naming the column.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+from datetime import datetime, timezone
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.spark_types import Widening, arrow_to_spark, spark_to_arrow
+from airflow_odf.engine.writer import Vocabulary
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the system time does not change the schema
+
+
+def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    """Answers an InferRequest: `output_schema` (Arrow IPC, base64) and the `widenings` met."""
+    from airflow_odf.engine import job  # job dispatches to this module: imported when first needed
+
+    vocab = Vocabulary.from_request(request.get("vocab", {}))
+    read_schema = job.arrow_schema(request.get("read_schema"))
+    widenings = _source_widenings(request, read_schema)
+    new, _ = job.read_inputs(spark, request, vocab)
+    if new is None:
+        paths = ", ".join(item["path"] for item in request["inputs"]) or "no files"
+        raise EngineInputError(
+            "no-data",
+            f"{paths}: the sample holds no records and the source declares no read schema; "
+            "nothing to infer the schema from",
+        )
+    # as the first ingest: no previous state, no dataset schema
+    output = job.ingest_output(new, None, request, vocab, system_time=_EPOCH, next_offset=0)
+    schema = spark_to_arrow(output.schema)
+    return {
+        "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+        "widenings": [w.__dict__ for w in widenings],
+    }
+
+
+def _source_widenings(request: dict[str, Any], read_schema: pa.Schema | None) -> list[Widening]:
+    """What Spark holds coarser than declared: the read schema's columns, else a Parquet sample's."""
+    widenings: list[Widening] = []
+    if read_schema is not None:
+        arrow_to_spark(read_schema, widenings)
+    elif request["read"].get("kind") == "Parquet":
+        seen: set[str] = set()
+        for item in request["inputs"]:
+            path = item["path"]
+            if os.path.isfile(path) and os.path.getsize(path) > 0:
+                for w in _file_widenings(path):
+                    if w.column not in seen:
+                        seen.add(w.column)
+                        widenings.append(w)
+    return widenings
+
+
+def _file_widenings(path: str) -> list[Widening]:
+    widenings: list[Widening] = []
+    try:
+        schema = pq.read_schema(path)
+    except (OSError, pa.ArrowException):
+        return []  # the read reports an unreadable file
+    for field in schema:
+        with contextlib.suppress(EngineInputError):  # Spark's reader reports it, naming the file
+            arrow_to_spark(pa.schema([field]), widenings)
+    return widenings
