@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import AssetAlias, BaseOperator, Context
 from airflow.sdk.configuration import conf
@@ -20,7 +20,10 @@ from airflow_odf.exceptions import airflow_error
 from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.odf.engine_runner import EngineRunner
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.repository import DatasetNotFoundError, Repository
+
+if TYPE_CHECKING:
+    from airflow_odf.lineage import LineageDataset, OdfLineage
 
 ENGINES = ("spark-submit", "local")
 RUN_EXTRA_KEY = "airflow-provider-odf.dev/airflow-task"
@@ -124,3 +127,24 @@ class OdfBaseOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._runner is not None and hasattr(self._runner, "on_kill"):
             self._runner.on_kill()
+
+    def lineage(self) -> OdfLineage:
+        """What this task read (`lineage_inputs`) and wrote (its dataset, with schema), per the repository."""
+        from airflow_odf.lineage import OdfLineage, repository_dataset_lineage
+
+        repo = self.repository()
+        try:
+            output = repository_dataset_lineage(repo, self.dataset)
+        except DatasetNotFoundError:  # not a dataset of its own (e.g. applying manifests)
+            return OdfLineage()
+        return OdfLineage(inputs=self.lineage_inputs(repo), outputs=(output,))
+
+    def lineage_inputs(self, repo: Repository) -> tuple[LineageDataset, ...]:
+        """The datasets this task reads; none for ingests (their sources are outside the repository)."""
+        return ()
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage, called by its provider if installed: inputs, output with schema, namespace `odf`."""
+        from airflow_odf.lineage import to_operator_lineage
+
+        return to_operator_lineage(self.lineage())

@@ -9,7 +9,7 @@ those heads and adds nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
 
@@ -18,6 +18,9 @@ from airflow_odf.odf.repository import Repository
 from airflow_odf.odf.schema_policy import SCHEMA_POLICIES
 from airflow_odf.odf.transform import TransformOptions, run_transform
 from airflow_odf.operators.base import OdfBaseOperator, default_schema_policy
+
+if TYPE_CHECKING:
+    from airflow_odf.lineage import LineageDataset
 
 
 class OdfTransformOperator(OdfBaseOperator):
@@ -70,6 +73,12 @@ class OdfTransformOperator(OdfBaseOperator):
             if did in inputs:
                 heads[did] = result["new_head"]
         return heads
+
+    def lineage_inputs(self, repo: Repository) -> tuple[LineageDataset, ...]:
+        """OpenLineage inputs: the datasets of the derivative's SetTransform."""
+        from airflow_odf.lineage import transform_input_lineage
+
+        return self.call(lambda: transform_input_lineage(repo, self.dataset))
 
     def execute(self, context: Context) -> dict[str, Any]:
         repo = self.repository()

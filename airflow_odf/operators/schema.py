@@ -1,0 +1,99 @@
+"""Schema tasks: infer a root dataset's schema ahead of data (`OdfInferSchemaOperator`) and migrate a
+legacy raw-Arrow schema to the ODF format (`OdfMigrateSchemaOperator`). See docs/schemas.md.
+
+Both return a small JSON dict: the schema as ODF YAML text and whether a block was committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import Context
+
+from airflow_odf.odf.schema_inference import InferOptions, infer_schema
+from airflow_odf.odf.schema_migration import migrate_schema
+from airflow_odf.odf.schema_text import schema_yaml
+from airflow_odf.operators.base import OdfBaseOperator
+
+
+class OdfInferSchemaOperator(OdfBaseOperator):
+    """The ODF schema the dataset's first ingest would record, from a sample; optionally committed.
+
+    :param files: sample files for a push source (templated); a polling source samples its first batch.
+    :param source_name: the push source, when the dataset has several.
+    :param commit: record the schema (SetDataSchema) before any data, if the dataset has none yet.
+    """
+
+    template_fields = ("dataset", "files")
+
+    def __init__(
+        self,
+        *,
+        files: Sequence[str] | None = None,
+        source_name: str | None = None,
+        commit: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.files = list(files or [])
+        self.source_name = source_name
+        self.commit = commit
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        repo = self.repository()
+        dataset = self.call(lambda: repo.dataset(self.dataset))
+        prev = dataset.head()
+        options = InferOptions(work_dir=self.work_dir(repo), log=self.log.info)
+        result = self.call(
+            lambda: infer_schema(
+                dataset,
+                self.dataset,
+                self.runner(),
+                options,
+                files=[Path(f).absolute() for f in self.files],
+                source_name=self.source_name,
+                commit=self.commit,
+            )
+        )
+        if result.committed and result.new_head:
+            state = dataset.state()
+            self.report(
+                context,
+                {
+                    "dataset": self.dataset,
+                    "dataset_id": str(state.dataset_id),
+                    "prev_head": None if prev is None else str(prev),
+                    "new_head": result.new_head,
+                },
+            )
+        return {
+            "dataset": self.dataset,
+            "schema": schema_yaml(result.schema),
+            "widenings": [w.__dict__ for w in result.widenings],
+            "changes": None if result.changes is None else [str(c) for c in result.changes],
+            "committed": result.committed,
+            "new_head": result.new_head,
+        }
+
+
+class OdfMigrateSchemaOperator(OdfBaseOperator):
+    """Appends the ODF-form SetDataSchema equivalent to a legacy raw Arrow one; nothing the second time."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("outlets", [])
+        super().__init__(**kwargs)
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        repo = self.repository()
+        dataset = self.call(lambda: repo.dataset(self.dataset))
+        result = self.call(lambda: migrate_schema(dataset, self.dataset))
+        self.log.info("%s", result.message)
+        return {
+            "dataset": self.dataset,
+            "changed": result.changed,
+            "message": result.message,
+            "schema": schema_yaml(result.schema),
+            "new_head": None if result.commit is None else str(result.commit.new_head),
+        }

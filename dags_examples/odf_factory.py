@@ -1,0 +1,32 @@
+"""Example DAG 4: a whole pipeline generated from a folder of DatasetSnapshot manifests.
+
+`build_dag` reads `factory_manifests/` (the manifest files only: no repository, no Spark at parse time)
+and builds `apply_manifests` -> `ingest_com.example.weather.readings` (the root's FilesGlob over
+`data/weather-*.csv`, resolved against this folder) -> `transform_com.example.weather.daily`, the
+transform pinned to the head its upstream ingest returned through XCom. Adding a manifest to the folder
+adds its task; a cycle or an unknown input fails the DAG import with the file's name.
+
+Connections: `odf_default` (an `odf_repo` connection) and, with the default engine, `spark_default`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from airflow_odf.dag_factory import build_dag
+
+EXAMPLES = Path(__file__).resolve().parent
+
+# [START howto_dag_factory]
+weather = build_dag(
+    EXAMPLES / "factory_manifests",
+    dag_id="odf_factory_weather",
+    schedule=None,
+    source_dir=EXAMPLES,
+    create_repository=True,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    tags=["odf", "example"],
+)
+# [END howto_dag_factory]

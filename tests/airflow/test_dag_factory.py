@@ -1,0 +1,237 @@
+"""`build_dag`: the structure of the DAG generated from a manifest folder (tasks, their settings and
+dependencies) and the parse-time errors, each naming the manifest file. No repository, no Spark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from airflow_odf.dag_factory import DagFactoryError, build_dag, plan_pipeline, task_id_for
+from airflow_odf.operators.ingest import OdfIngestOperator
+from airflow_odf.operators.manifest import OdfApplyManifestOperator
+from airflow_odf.operators.transform import OdfTransformOperator
+from tests.airflow.dag_runs import load_dag
+from tests.paths import REPO
+
+
+def _write(folder: Path, file: str, body: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / file
+    path.write_text(body)
+    return path
+
+
+def _snapshot(folder: Path, name: str, kind: str, event: dict[str, Any], file: str | None) -> Path:
+    content = {"name": name, "kind": kind, "metadata": [event]}
+    manifest = {"kind": "DatasetSnapshot", "version": 1, "content": content}
+    return _write(folder, file or f"{name}.yaml", yaml.safe_dump(manifest, sort_keys=False))
+
+
+def _polling_root(folder: Path, name: str, file: str | None = None) -> Path:
+    source = {
+        "kind": "SetPollingSource",
+        "fetch": {"kind": "FilesGlob", "path": f"data/{name}-*.csv"},
+        "read": {"kind": "Csv", "header": True, "inferSchema": True},
+        "merge": {"kind": "Append"},
+    }
+    return _snapshot(folder, name, "Root", source, file)
+
+
+def _push_root(folder: Path, name: str) -> Path:
+    source = {
+        "kind": "AddPushSource",
+        "sourceName": "default",
+        "read": {"kind": "NdJson"},
+        "merge": {"kind": "Append"},
+    }
+    return _snapshot(folder, name, "Root", source, None)
+
+
+def _derivative(folder: Path, name: str, inputs: list[str], file: str | None = None) -> Path:
+    transform = {
+        "kind": "SetTransform",
+        "inputs": [{"datasetRef": ref, "alias": f"in{i}"} for i, ref in enumerate(inputs)],
+        "transform": {"kind": "Sql", "engine": "spark", "query": "SELECT * FROM in0"},
+    }
+    return _snapshot(folder, name, "Derivative", transform, file)
+
+
+def _upstream(dag: Any) -> dict[str, set[str]]:
+    return {t.task_id: set(t.upstream_task_ids) for t in dag.tasks}
+
+
+def test_one_task_per_polling_root_and_derivative_wired_after_its_inputs(tmp_path: Path) -> None:
+    folder = tmp_path / "project" / "manifests"
+    _polling_root(folder, "org.trades")
+    _push_root(folder, "org.quotes")
+    # file names sort before their inputs': the order comes from the inputs, not the files
+    _derivative(folder, "org.trades.enriched", ["org.trades", "Org.Quotes"], file="a-enriched.yaml")
+    _derivative(folder, "org.trades.daily", ["org.trades.enriched"], file="0-daily.yml")
+    _write(folder, "notes.txt", "not a manifest")
+
+    dag = build_dag(folder, dag_id="pipeline", engine="local", odf_conn_id="repo", spark_conn_id="spark")
+
+    assert _upstream(dag) == {
+        "apply_manifests": set(),
+        "ingest_org.trades": {"apply_manifests"},  # org.quotes (push only) has no task
+        "transform_org.trades.enriched": {"ingest_org.trades", "apply_manifests"},
+        "transform_org.trades.daily": {"transform_org.trades.enriched"},
+    }
+    apply = dag.get_task("apply_manifests")
+    assert isinstance(apply, OdfApplyManifestOperator) and not apply.create_repository
+    assert apply.manifests == [str(p) for p in sorted(folder.glob("*.y*ml"))]
+    ingest = dag.get_task("ingest_org.trades")
+    assert isinstance(ingest, OdfIngestOperator) and ingest.dataset == "org.trades"
+    assert ingest.source_dir == str(tmp_path / "project")  # the folder's parent
+    daily = dag.get_task("transform_org.trades.daily")
+    assert isinstance(daily, OdfTransformOperator) and daily.dataset == "org.trades.daily"
+    for task in dag.tasks:
+        assert (task.engine, task.odf_conn_id, task.spark_conn_id) == ("local", "repo", "spark")
+    plan = plan_pipeline(folder)
+    assert [d.name for d in plan.datasets][-2:] == ["org.trades.enriched", "org.trades.daily"]
+
+
+def test_dag_and_task_settings_are_passed_through(tmp_path: Path) -> None:
+    _polling_root(tmp_path / "m", "org.a")
+    _derivative(tmp_path / "m", "org.b", ["org.a"])
+    dag = build_dag(
+        tmp_path / "m",
+        dag_id="settings",
+        schedule="@daily",
+        default_args={"retries": 3},
+        source_dir=tmp_path / "data-root",
+        create_repository=True,
+        ingest_kwargs={"schema_policy": "additive", "files_per_batch": 2},
+        transform_kwargs={"max_input_records": 1000},
+        tags=["odf"],
+        catchup=False,
+    )
+    assert dag.dag_id == "settings" and dag.tags == {"odf"} and not dag.catchup
+    ingest, transform = dag.get_task("ingest_org.a"), dag.get_task("transform_org.b")
+    assert ingest.retries == 3 and transform.retries == 3
+    assert ingest.schema_policy == "additive" and ingest.files_per_batch == 2
+    assert ingest.source_dir == str(tmp_path / "data-root")
+    assert transform.max_input_records == 1000 and transform.trigger_rule == "all_success"
+    assert dag.get_task("apply_manifests").create_repository
+
+
+def test_external_inputs_are_allowed_only_when_declared(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    file = _derivative(folder, "org.report", ["org.trades", "org.fx"])
+    _polling_root(folder, "org.trades")
+    with pytest.raises(DagFactoryError) as err:
+        build_dag(folder, dag_id="missing")
+    message = str(err.value)
+    assert message.startswith(f"{file}: org.report reads 'org.fx', which no manifest in {folder}")
+    assert "external_inputs" in message
+
+    dag = build_dag(folder, dag_id="external", external_inputs=["ORG.FX"])
+    assert _upstream(dag)["transform_org.report"] == {"ingest_org.trades", "apply_manifests"}
+
+
+@pytest.mark.parametrize("self_loop", [False, True])
+def test_a_cycle_is_an_error_naming_the_files(tmp_path: Path, self_loop: bool) -> None:
+    folder = tmp_path / "m"
+    _polling_root(folder, "org.a")
+    if self_loop:
+        b = _derivative(folder, "org.b", ["org.a", "org.b"])
+        expected = f"{b}: the transform inputs form a cycle: org.b ({b}) -> org.b ({b})"
+    else:
+        b = _derivative(folder, "org.b", ["org.a", "org.d"])
+        c = _derivative(folder, "org.c", ["org.b"])
+        d = _derivative(folder, "org.d", ["org.c"])
+        shown = f"org.b ({b}) -> org.d ({d}) -> org.c ({c}) -> org.b ({b})"
+        expected = f"{b}: the transform inputs form a cycle: {shown}"
+    with pytest.raises(DagFactoryError) as err:
+        build_dag(folder, dag_id="cycle")
+    assert str(err.value) == expected
+
+
+def test_a_dataset_defined_twice_is_an_error(tmp_path: Path) -> None:
+    first = _polling_root(tmp_path, "org.a", file="1.yaml")
+    second = _polling_root(tmp_path, "ORG.A", file="2.yaml")
+    with pytest.raises(DagFactoryError, match=f"^{second}: dataset 'ORG.A' is already defined in {first}$"):
+        plan_pipeline(tmp_path)
+
+
+def test_an_invalid_manifest_is_an_error_naming_the_file(tmp_path: Path) -> None:
+    _polling_root(tmp_path, "org.a")
+    bad = _write(tmp_path, "bad.yaml", "kind: DatasetSnapshot\nversion: 1\ncontent:\n  name: org.b\n")
+    with pytest.raises(DagFactoryError) as err:
+        build_dag(tmp_path, dag_id="bad")
+    assert str(err.value).startswith(f"{bad}: ") and "kind" in str(err.value)
+
+
+def test_a_folder_without_manifests_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(DagFactoryError, match="no DatasetSnapshot manifest"):
+        build_dag(tmp_path, dag_id="empty")
+    with pytest.raises(DagFactoryError, match="not a directory"):
+        build_dag(tmp_path / "missing", dag_id="missing")
+
+
+def test_gating_puts_a_source_sensor_before_each_ingest(tmp_path: Path) -> None:
+    from airflow_odf.sensors.source import OdfSourceChangedSensor
+
+    folder = tmp_path / "m"
+    _polling_root(folder, "org.a")
+    _polling_root(folder, "org.b")
+    _derivative(folder, "org.ab", ["org.a", "org.b"])
+    dag = build_dag(
+        folder,
+        dag_id="gated",
+        odf_conn_id="repo",
+        gate_with_source_sensor=True,
+        sensor_kwargs={"poke_interval": 60, "timeout": 600},
+    )
+    assert _upstream(dag) == {
+        "apply_manifests": set(),
+        "source_changed_org.a": {"apply_manifests"},
+        "source_changed_org.b": {"apply_manifests"},
+        "ingest_org.a": {"source_changed_org.a"},
+        "ingest_org.b": {"source_changed_org.b"},
+        "transform_org.ab": {"ingest_org.a", "ingest_org.b"},
+    }
+    sensor = dag.get_task("source_changed_org.a")
+    assert isinstance(sensor, OdfSourceChangedSensor)
+    assert (sensor.dataset, sensor.odf_conn_id, sensor.source_dir) == ("org.a", "repo", str(tmp_path))
+    assert (sensor.mode, sensor.soft_fail, sensor.poke_interval, sensor.timeout) == (
+        "reschedule",
+        True,
+        60,
+        600,
+    )
+    # one source without news must not hold back a transform whose other input has some
+    assert dag.get_task("transform_org.ab").trigger_rule == "none_failed_min_one_success"
+
+
+def test_task_ids_from_dataset_names() -> None:
+    assert task_id_for("ingest", "com.example.trades-eu") == "ingest_com.example.trades-eu"
+    assert task_id_for("transform", "acme/com.example.daily") == "transform_acme_com.example.daily"
+
+
+def test_example_dag_4_structure() -> None:
+    dag = load_dag("odf_factory.py", "odf_factory_weather")
+    assert _upstream(dag) == {
+        "apply_manifests": set(),
+        "ingest_com.example.weather.readings": {"apply_manifests"},
+        "transform_com.example.weather.daily": {"ingest_com.example.weather.readings"},
+    }
+    assert dag.get_task("ingest_com.example.weather.readings").source_dir.endswith("dags_examples")
+
+
+@pytest.mark.parametrize(
+    ("doc", "example", "marker"),
+    [
+        ("airflow-dag-factory.md", "odf_factory.py", "howto_dag_factory"),
+        ("airflow-alerts.md", "odf_schema_violation.py", "howto_notifier_schema_violation"),
+    ],
+)
+def test_docs_show_the_example_dag_snippets(doc: str, example: str, marker: str) -> None:
+    code = (REPO / "dags_examples" / example).read_text()
+    snippet = code.split(f"# [START {marker}]\n", 1)[1].split(f"# [END {marker}]", 1)[0]
+    text = (REPO / "docs" / doc).read_text()
+    shown = text.split(f'"# [START {marker}]"', 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert shown == snippet
