@@ -15,6 +15,7 @@ from pathlib import Path
 
 from airflow_odf.cli_engine import LazyRunner, engine_options
 from airflow_odf.cli_ingest import register as register_data_commands
+from airflow_odf.cli_schema import expand_shorthand
 from airflow_odf.cli_schema import register as register_schema_commands
 from airflow_odf.odf import model
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
@@ -333,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(expand_shorthand(list(sys.argv[1:] if argv is None else argv)))
     func: Callable[[argparse.Namespace], None] = args.func
     code = EXIT_BAD_INPUT
     try:

@@ -180,6 +180,16 @@ def cmd_migrate(args: argparse.Namespace) -> None:
     print(migrate_schema(dataset, args.name).message)
 
 
+SUBCOMMANDS = ("show", "infer", "diff", "apply", "migrate")
+
+
+def expand_shorthand(argv: list[str]) -> list[str]:
+    """`odf schema NAME ...` is `odf schema show NAME ...` (the short form the issue and docs use)."""
+    if len(argv) >= 2 and argv[0] == "schema" and argv[1] not in SUBCOMMANDS and not argv[1].startswith("-"):
+        return ["schema", "show", *argv[1:]]
+    return argv
+
+
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     """Adds `odf schema show|infer|diff|apply|migrate` to the `odf` parser."""
     schema = groups.add_parser(

@@ -30,9 +30,8 @@ from airflow_odf.odf.engine_contract import (
     schema_from_text,
 )
 from airflow_odf.odf.engine_runner import EngineRunner
-from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
-from airflow_odf.odf.ingest import SHELL_STEPS_ENV, operation_dir, read_schema_text, sql_steps
+from airflow_odf.odf.ingest import SHELL_STEPS_ENV, IngestError, operation_dir, read_schema_text, sql_steps
 from airflow_odf.odf.manifests import union_to_plain
 from airflow_odf.odf.prepare import prepare
 from airflow_odf.odf.schema_evolution import SchemaChange, diff_schemas, odf_schema
@@ -41,12 +40,8 @@ from airflow_odf.odf.timestamps import Timestamp
 _log = logging.getLogger(__name__)
 
 
-class SchemaInferenceError(OdfError):
+class SchemaInferenceError(IngestError):
     """Inference was refused or failed; `kind` is the engine's or the core's reason. Nothing committed."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
 
 
 @dataclass(frozen=True)

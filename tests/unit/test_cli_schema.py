@@ -40,8 +40,12 @@ def test_show_a_legacy_schema_in_every_format(repo: Path, capsys: pytest.Capture
     shown.write_text(out)
     assert read_proposed_schema(shown) == CONVERTED  # what show prints, diff and apply read
 
+    # the short form `odf schema NAME` is `odf schema show NAME`
+    assert main(["schema", "legacy", "--repo", str(repo), "--format", "ddl"]) == 0
+    short = capsys.readouterr().out
     assert odf(repo, "show", "legacy", "--format", "ddl") == 0
-    assert capsys.readouterr().out.splitlines() == [
+    assert capsys.readouterr().out == short
+    assert short.splitlines() == [
         "offset BIGINT,",
         "op INT,",
         "system_time TIMESTAMP,",
