@@ -108,6 +108,11 @@ class GlobSource:
             has_more=self._position < len(self._listing),
         )
 
+    def pending(self, prev_state: SourceState | None) -> list[Path]:
+        """Files sorting after the last ingested one: what the next fetches would hand out, unread."""
+        listing = self._list()
+        return [e.path for e in listing[self._first_new(listing, prev_state) :]]
+
     def _list(self) -> list[_Entry]:
         pattern = self._step.path
         if self._options.base_dir is not None and not os.path.isabs(pattern):

@@ -64,15 +64,52 @@ class UrlSource:
         self._opener = urllib.request.build_opener(_RedirectHandler)
 
     def fetch(self, prev_state: SourceState | None, system_time: Timestamp) -> FetchResult:
-        url = render(self._step.url, self._options.environment(), "fetch.url")
-        scheme = urlsplit(url).scheme.lower()
+        url, scheme = self._url()
         if scheme == "file":
             return self._fetch_file(url, prev_state, system_time)
-        if scheme in ("http", "https"):
-            return self._fetch_http(url, prev_state, system_time)
-        raise FetchError(
-            f"fetch.url: scheme {scheme!r} of {self._step.url} is not supported; expected http, https or file"
-        )
+        return self._fetch_http(url, prev_state, system_time)
+
+    def check(self, prev_state: SourceState | None) -> tuple[bool, str]:
+        """Would `fetch` download something? `(changed, reason)`, found without downloading.
+
+        For http(s) a conditional GET whose body is never read (HEAD is not reliably honoured with
+        validators); for file:// the modification time. A source that gives no ETag/Last-Modified
+        cannot tell: that answers "changed". 404 and a missing file raise `SourceNotFoundError`.
+        """
+        url, scheme = self._url()
+        if scheme == "file":
+            path, mtime = self._stat_file(url)
+            if PollingState.of(prev_state, "fetch.url").last_modified == mtime:
+                return False, f"{path} unchanged since {mtime}"
+            return True, f"{path} modified at {mtime}"
+        shown = self._step.url
+        response = self._open(url, prev_state)
+        try:
+            status = response.getcode()
+            if status == 304:
+                return False, f"{shown} not modified (HTTP 304)"
+            self._check_status(response, status, shown)
+            new_state = _http_state(
+                response.headers.get("ETag"), self._last_modified(response.headers.get("Last-Modified"))
+            )
+        finally:
+            response.close()
+        if new_state is None:
+            return True, f"{shown} gives no ETag or Last-Modified, so it may have changed"
+        if new_state == prev_state:
+            return False, f"{shown} unchanged ({new_state.kind} {new_state.value})"
+        return True, f"{shown} changed ({new_state.kind} {new_state.value})"
+
+    def _url(self) -> tuple[str, str]:
+        """The URL with its templates filled in, and its scheme: file, http or https."""
+        url = render(self._step.url, self._options.environment(), "fetch.url")
+        scheme = urlsplit(url).scheme.lower()
+        if scheme not in ("file", "http", "https"):
+            raise FetchError(
+                f"fetch.url: scheme {scheme!r} of {self._step.url} is not supported; "
+                "expected http, https or file"
+            )
+        return url, scheme
 
     def _event_time(self, metadata_time: Timestamp | None, system_time: Timestamp) -> Timestamp | None:
         if isinstance(self._step.event_time, EventTimeSourceFromSystemTime):
@@ -82,6 +119,17 @@ class UrlSource:
     # ----- file:// -----
 
     def _fetch_file(self, url: str, prev_state: SourceState | None, system_time: Timestamp) -> FetchResult:
+        path, mtime = self._stat_file(url)
+        if PollingState.of(prev_state, "fetch.url").last_modified == mtime:
+            self._options.log(f"fetch.url: {path} unchanged since {mtime}")
+            return up_to_date(prev_state)
+        return FetchResult(
+            files=[FetchedFile(path, self._event_time(mtime, system_time))],
+            new_source_state=make_state(STATE_LAST_MODIFIED, mtime.isoformat()),
+        )
+
+    def _stat_file(self, url: str) -> tuple[Path, Timestamp]:
+        """The local file of a file:// URL and its modification time (the source state it records)."""
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
             raise FetchError(f"fetch.url: {url} names host {parts.netloc!r}; expected a local file:///path")
@@ -96,14 +144,7 @@ class UrlSource:
             raise FetchError(f"fetch.url: cannot read file {path}: {e.strerror}") from None
         if not stat.S_ISREG(info.st_mode):
             raise FetchError(f"fetch.url: {path} is not a regular file; expected a data file")
-        mtime = file_mtime(info)
-        if PollingState.of(prev_state, "fetch.url").last_modified == mtime:
-            self._options.log(f"fetch.url: {path} unchanged since {mtime}")
-            return up_to_date(prev_state)
-        return FetchResult(
-            files=[FetchedFile(path, self._event_time(mtime, system_time))],
-            new_source_state=make_state(STATE_LAST_MODIFIED, mtime.isoformat()),
-        )
+        return path, file_mtime(info)
 
     # ----- http(s) -----
 

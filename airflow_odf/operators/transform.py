@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Context
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_odf.odf.multiformats import DatasetId
 from airflow_odf.odf.repository import Repository
@@ -27,7 +28,8 @@ class OdfTransformOperator(OdfBaseOperator):
     """Runs the derivative's SQL (SetTransform) on Spark over its inputs' new blocks and commits the result.
 
     :param dataset: the derivative dataset's name.
-    :param input_heads: input (alias, name or DID) -> block hash to stop at (templated); inputs not
+    :param input_heads: input (alias, name or DID) -> block hash to stop at (templated: a template must
+        render to a mapping, with the DAG's `render_template_as_native_obj=True`); inputs not
         listed take the head their upstream task reported through XCom, else their current head.
     :param max_input_records: split a backlog into ExecuteTransform blocks of at most this many records.
     :param recover_diverged: re-process everything when an input was reset or compacted.
@@ -39,7 +41,7 @@ class OdfTransformOperator(OdfBaseOperator):
     def __init__(
         self,
         *,
-        input_heads: dict[str, str] | None = None,
+        input_heads: dict[str, str] | str | None = None,
         max_input_records: int | None = None,
         recover_diverged: bool = False,
         schema_policy: str | None = None,
@@ -82,6 +84,11 @@ class OdfTransformOperator(OdfBaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         repo = self.repository()
+        if not isinstance(self.input_heads, dict):
+            raise AirflowFailException(
+                f"input_heads rendered to {self.input_heads!r}: expected a mapping of input -> block hash "
+                "(set render_template_as_native_obj=True on the DAG when it is a template)"
+            )
         pins: dict[str, str] = {**self.upstream_heads(context, repo), **self.input_heads}
         if pins:
             self.log.info("%s: inputs pinned to %s", self.dataset, pins)

@@ -1,0 +1,324 @@
+"""The ODF sensors on a real repository: the head sensor in poke and deferrable mode (the deferral's
+trigger run as the triggerer would, its event fed back), the source sensor against a real HTTP server.
+Reschedule mode runs through `dag.test()` in test_polling_source_dag.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import (
+    AirflowException,
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferred,
+)
+
+from airflow_odf.odf import model
+from airflow_odf.odf.multiformats import Multihash, base58btc_encode
+from airflow_odf.odf.repository import Repository
+from airflow_odf.sensors.head import OdfHeadChangedSensor
+from airflow_odf.sensors.source import OdfSourceChangedSensor
+from airflow_odf.triggers.head import OdfHeadTrigger
+from airflow_odf.triggers.source import OdfSourceChangedTrigger
+from tests.airflow.test_triggers import DATASET, commit, did, first_event, rebuilt
+from tests.paths import REPO
+from tests.unit.test_source_check import HttpSource, etag, ingested, root, start_http_source
+
+CONTEXT: Any = {}  # poke mode and the deferral read nothing from the context
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repository]:
+    repository = Repository.init(tmp_path / "repo")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ODF_WATCH", json.dumps({"conn_type": "odf_repo", "host": repository.root.as_uri()})
+    )
+    yield repository
+
+
+def head_sensor(**kwargs: Any) -> OdfHeadChangedSensor:
+    kwargs.setdefault("poke_interval", 0.05)
+    return OdfHeadChangedSensor(task_id="wait_head", dataset=DATASET, odf_conn_id="odf_watch", **kwargs)
+
+
+def later(seconds: float, fn: Any) -> threading.Thread:
+    thread = threading.Timer(seconds, fn)
+    thread.start()
+    return thread
+
+
+# ------------------------------------------------------------------------------------------------
+# OdfHeadChangedSensor: poke
+# ------------------------------------------------------------------------------------------------
+
+
+def test_head_sensor_poke(repo: Repository) -> None:
+    assert not head_sensor().poke(CONTEXT)  # no dataset yet
+    first = commit(repo, 0)
+    found = head_sensor().poke(CONTEXT)  # no known head: any head
+    assert found.is_done
+    assert found.xcom_value == {"dataset": DATASET, "dataset_id": did(repo), "head": first, "prev_head": None}
+
+    assert not head_sensor(known_head=first).poke(CONTEXT)
+    second = commit(repo, 1)
+    moved = head_sensor(known_head=first).poke(CONTEXT)
+    assert moved.is_done and (moved.xcom_value["prev_head"], moved.xcom_value["head"]) == (first, second)
+
+
+def test_head_sensor_rendered_none_means_no_known_head(repo: Repository) -> None:
+    head = commit(repo, 0)
+    for rendered in ("None", "", "  "):
+        assert head_sensor(known_head=rendered).poke(CONTEXT).xcom_value["head"] == head
+    as_base58 = "z" + base58btc_encode(Multihash.parse(head).to_bytes())
+    assert not head_sensor(known_head=as_base58).poke(CONTEXT)  # the same hash in another base
+    with pytest.raises(AirflowFailException, match="known_head 'not-a-hash' is not a block hash"):
+        head_sensor(known_head="not-a-hash").poke(CONTEXT)
+
+
+def test_head_sensor_execute_in_poke_mode_waits_for_the_move(repo: Repository) -> None:
+    known = commit(repo, 0)
+    moved: list[str] = []
+    mover = later(0.3, lambda: moved.append(commit(repo, 1)))
+    result = head_sensor(known_head=known, timeout=20).execute(CONTEXT)
+    mover.join()
+    assert result == {"dataset": DATASET, "dataset_id": did(repo), "head": moved[0], "prev_head": known}
+
+
+def test_head_sensor_poke_mode_timeout_and_soft_fail(repo: Repository) -> None:
+    known = commit(repo, 0)
+    with pytest.raises(AirflowSensorTimeout):
+        head_sensor(known_head=known, timeout=0.2).execute(CONTEXT)
+    with pytest.raises(AirflowSkipException):
+        head_sensor(known_head=known, timeout=0.2, soft_fail=True).execute(CONTEXT)
+
+
+def test_head_sensor_bad_repository_fails_without_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ODF_WATCH", json.dumps({"conn_type": "odf_repo", "host": (tmp_path / "no").as_uri()})
+    )
+    with pytest.raises(AirflowFailException, match="not an ODF repository"):
+        head_sensor().poke(CONTEXT)
+
+
+def test_sensor_arguments_are_checked_at_parse_time() -> None:
+    with pytest.raises(ValueError, match="dataset"):
+        OdfHeadChangedSensor(task_id="x", dataset="")
+    with pytest.raises(ValueError, match="request_timeout"):
+        OdfSourceChangedSensor(task_id="x", dataset="a.b", request_timeout=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# OdfHeadChangedSensor: deferrable
+# ------------------------------------------------------------------------------------------------
+
+
+def test_head_sensor_defers_to_the_head_trigger(repo: Repository) -> None:
+    known = commit(repo, 0)
+    sensor = head_sensor(known_head=known, deferrable=True, timeout=600, poke_interval=7)
+    before = time.time()
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(CONTEXT)
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, OdfHeadTrigger) and deferred.value.method_name == "execute_complete"
+    classpath, kwargs = trigger.serialize()
+    assert classpath == "airflow_odf.triggers.head.OdfHeadTrigger"
+    assert {k: v for k, v in kwargs.items() if k != "end_time"} == {
+        "dataset": DATASET,
+        "odf_conn_id": "odf_watch",
+        "poll_interval": 7.0,
+        "known_head": known,
+    }
+    assert before + 600 <= kwargs["end_time"] <= time.time() + 600
+
+
+def test_head_sensor_deferred_end_to_end(repo: Repository) -> None:
+    """Defer, run the stored trigger as the triggerer would while the head moves, resume with its event."""
+    known = commit(repo, 0)
+    sensor = head_sensor(known_head=known, deferrable=True)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(CONTEXT)
+    trigger = rebuilt(deferred.value.trigger)
+    moved: list[str] = []
+    event = asyncio.run(first_event(trigger, during=lambda: moved.append(commit(repo, 1))))
+    result = sensor.resume_execution("execute_complete", {"event": event}, CONTEXT)
+    assert result == {"dataset": DATASET, "dataset_id": did(repo), "head": moved[0], "prev_head": known}
+
+
+def test_head_sensor_execute_complete_on_every_event() -> None:
+    sensor = head_sensor(deferrable=True)
+    moved = {
+        "status": "moved",
+        "dataset": DATASET,
+        "dataset_id": "did:odf:x",
+        "head": "h2",
+        "prev_head": "h1",
+    }
+    assert sensor.execute_complete(CONTEXT, moved) == {
+        "dataset": DATASET,
+        "dataset_id": "did:odf:x",
+        "head": "h2",
+        "prev_head": "h1",
+    }
+    with pytest.raises(AirflowSensorTimeout, match="deadline"):
+        sensor.execute_complete(CONTEXT, {"status": "timeout", "message": "nothing yet at the deadline"})
+    with pytest.raises(AirflowException, match="repository gone") as retried:
+        sensor.execute_complete(CONTEXT, {"status": "error", "message": "repository gone", "retryable": True})
+    assert not isinstance(retried.value, AirflowFailException)
+    with pytest.raises(AirflowFailException, match="not an ODF repository"):
+        sensor.execute_complete(
+            CONTEXT, {"status": "error", "message": "not an ODF repository", "retryable": False}
+        )
+    with pytest.raises(AirflowException, match="bad event"):
+        sensor.execute_complete(CONTEXT, None)
+
+
+def test_head_sensor_soft_fail_skips_on_timeout_and_error_events() -> None:
+    """`resume_execution` is what the task runner calls after a deferral; soft_fail applies there."""
+    sensor = head_sensor(deferrable=True, soft_fail=True)
+    for event in ({"status": "timeout", "message": "late"}, {"status": "error", "message": "broken"}):
+        with pytest.raises(AirflowSkipException):
+            sensor.resume_execution("execute_complete", {"event": event}, CONTEXT)
+
+
+def test_head_sensor_deferred_timeout_end_to_end(repo: Repository) -> None:
+    known = commit(repo, 0)
+    sensor = head_sensor(known_head=known, deferrable=True, timeout=0.3)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(CONTEXT)
+    event = asyncio.run(first_event(rebuilt(deferred.value.trigger)))
+    assert event["status"] == "timeout"
+    with pytest.raises(AirflowSensorTimeout):
+        sensor.resume_execution("execute_complete", {"event": event}, CONTEXT)
+
+
+# ------------------------------------------------------------------------------------------------
+# OdfSourceChangedSensor against a real HTTP server
+# ------------------------------------------------------------------------------------------------
+
+SOURCE = "com.example.source"
+
+
+@pytest.fixture
+def http(monkeypatch: pytest.MonkeyPatch) -> Iterator[HttpSource]:
+    yield from start_http_source(monkeypatch)
+
+
+@pytest.fixture
+def url_dataset(http: HttpSource, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Repository:
+    """A root dataset whose Url source is `${{ env.ODF_TEST_PRICES_URL }}` on the local server."""
+    dataset = root(tmp_path, model.FetchStepUrl(url="${{ env.ODF_TEST_PRICES_URL }}"), SOURCE)
+    monkeypatch.setenv("ODF_TEST_PRICES_URL", http.url("/prices.csv"))
+    repo = Repository.open(tmp_path / "repo")
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ODF_WATCH", json.dumps({"conn_type": "odf_repo", "host": repo.root.as_uri()})
+    )
+    assert repo.dataset(SOURCE).head() == dataset.head()
+    return repo
+
+
+def source_sensor(**kwargs: Any) -> OdfSourceChangedSensor:
+    kwargs.setdefault("poke_interval", 0.05)
+    return OdfSourceChangedSensor(task_id="wait_source", dataset=SOURCE, odf_conn_id="odf_watch", **kwargs)
+
+
+def test_source_sensor_poke(http: HttpSource, url_dataset: Repository) -> None:
+    assert not source_sensor().poke(CONTEXT)  # 404: nothing published yet
+    http.put("/prices.csv", b"date,price\n2024-01-01,1\n", ETag='"v1"')
+    found = source_sensor().poke(CONTEXT)
+    assert found.is_done
+    assert found.xcom_value == {
+        "dataset": SOURCE,
+        "dataset_id": str(url_dataset.resolve(SOURCE)),
+        "changed": True,
+        "reason": found.xcom_value["reason"],
+    }
+    assert '"v1"' in found.xcom_value["reason"]
+
+    ingested(url_dataset.dataset(SOURCE), etag('"v1"'))
+    assert not source_sensor().poke(CONTEXT)
+    assert http.requests[-1][1]["If-None-Match"] == '"v1"'
+
+    http.put("/prices.csv", b"date,price\n2024-01-01,1\n2024-01-02,2\n", ETag='"v2"')
+    assert source_sensor().poke(CONTEXT).xcom_value["changed"]
+
+
+def test_source_sensor_unreachable_source_is_retryable(http: HttpSource, url_dataset: Repository) -> None:
+    http.put("/prices.csv", b"maintenance", status=503)
+    with pytest.raises(AirflowException) as info:
+        source_sensor().poke(CONTEXT)
+    assert not isinstance(info.value, AirflowFailException) and "503" in str(info.value)
+
+
+def test_source_sensor_unknown_dataset_fails(url_dataset: Repository) -> None:
+    with pytest.raises(AirflowFailException, match="no dataset named"):
+        OdfSourceChangedSensor(task_id="x", dataset="com.example.absent", odf_conn_id="odf_watch").poke(
+            CONTEXT
+        )
+
+
+def test_source_sensor_deferred_end_to_end(http: HttpSource, url_dataset: Repository) -> None:
+    http.put("/prices.csv", b"date,price\n2024-01-01,1\n", ETag='"v1"')
+    ingested(url_dataset.dataset(SOURCE), etag('"v1"'))
+    sensor = source_sensor(deferrable=True, timeout=60)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(CONTEXT)
+    assert isinstance(deferred.value.trigger, OdfSourceChangedTrigger)
+    trigger = rebuilt(deferred.value.trigger)
+    assert trigger.serialize()[1]["request_timeout"] == 30.0
+
+    def publish() -> None:
+        http.put("/prices.csv", b"date,price\n2024-01-01,1\n2024-01-02,2\n", ETag='"v2"')
+
+    event = asyncio.run(first_event(trigger, during=publish, after=0.3))
+    assert event["status"] == "changed"
+    result = sensor.resume_execution("execute_complete", {"event": event}, CONTEXT)
+    assert result["changed"] and '"v2"' in result["reason"]
+    assert result["dataset_id"] == str(url_dataset.resolve(SOURCE))
+
+
+def test_source_trigger_timeout_and_error(http: HttpSource, url_dataset: Repository) -> None:
+    http.put("/prices.csv", b"date,price\n", ETag='"v1"')
+    ingested(url_dataset.dataset(SOURCE), etag('"v1"'))
+    waiting = OdfSourceChangedTrigger(
+        dataset=SOURCE, odf_conn_id="odf_watch", poll_interval=0.05, end_time=time.time() + 0.3
+    )
+    assert asyncio.run(first_event(waiting))["status"] == "timeout"
+    http.put("/prices.csv", b"maintenance", status=503)
+    broken = OdfSourceChangedTrigger(dataset=SOURCE, odf_conn_id="odf_watch", poll_interval=0.05)
+    event = asyncio.run(first_event(broken))
+    assert event["status"] == "error" and "503" in event["message"] and event["retryable"]
+
+
+# ------------------------------------------------------------------------------------------------
+# docs/airflow-sensors.md shows the example DAGs as they are
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("example", "marker"),
+    [
+        ("odf_polling_source.py", "howto_sensor_odf_source_changed"),
+        ("odf_asset_scheduled.py", "howto_sensor_odf_head_changed"),
+        ("odf_asset_scheduled.py", "howto_asset_schedule_odf"),
+        ("odf_asset_scheduled.py", "howto_asset_event_heads"),
+        ("odf_asset_scheduled.py", "howto_trigger_odf_head_event"),
+    ],
+)
+def test_docs_show_the_example_dag_snippets(example: str, marker: str) -> None:
+    code = (REPO / "dags_examples" / example).read_text()
+    snippet = code.split(f"# [START {marker}]\n", 1)[1].split(f"# [END {marker}]", 1)[0]
+    text = (REPO / "docs" / "airflow-sensors.md").read_text()
+    origin = f'<!-- from dags_examples/{example}, between "# [START {marker}]" and "# [END {marker}]" -->'
+    shown = text.split(origin, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert shown.strip() == textwrap.dedent(snippet).strip()
