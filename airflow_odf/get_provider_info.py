@@ -47,6 +47,14 @@ def get_provider_info() -> dict[str, Any]:
                         "label": "S3 endpoint URL (S3-compatible stores)",
                         "schema": {"type": ["string", "null"]},
                     },
+                    "aws_access_key_id": {
+                        "label": "AWS access key id (S3, instead of an AWS connection)",
+                        "schema": {"type": ["string", "null"]},
+                    },
+                    "aws_secret_access_key": {
+                        "label": "AWS secret access key (S3, instead of an AWS connection)",
+                        "schema": {"type": ["string", "null"], "format": "password"},
+                    },
                     "token": {
                         "label": "Bearer token (HTTP repositories)",
                         "schema": {"type": ["string", "null"], "format": "password"},
@@ -78,7 +86,12 @@ def get_provider_info() -> dict[str, Any]:
                 "python-modules": ["airflow_odf.sensors.head", "airflow_odf.sensors.source"],
             }
         ],
-        "triggers": [{"integration-name": _INTEGRATION, "python-modules": ["airflow_odf.triggers.head"]}],
+        "triggers": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": ["airflow_odf.triggers.head", "airflow_odf.triggers.source"],
+            }
+        ],
         "notifications": ["airflow_odf.notifications.schema_violation.OdfSchemaViolationNotifier"],
         "asset-uris": [
             {

@@ -42,11 +42,9 @@ class OdfRepoHook(BaseHook):
                 mask_secret(extra[key])
         if conn.password:
             mask_secret(conn.password)
-        url = (conn.host or extra.get("url") or "").strip()
+        url = _url_of(conn.conn_type or "", (conn.host or "").strip(), conn.port, conn.schema, extra)
         if not url:
             raise OdfError(f"connection {self.odf_conn_id!r}: no repository URL (set the host field)")
-        if conn.conn_type not in (self.conn_type, None, "") and "://" not in url:
-            url = f"{conn.conn_type}://{url}"  # a URI-style connection split the scheme off
         if "://" not in url:
             url = Path(url).absolute().as_uri()
         scheme = urlsplit(url).scheme
@@ -91,6 +89,16 @@ class OdfRepoHook(BaseHook):
         from airflow_odf.get_provider_info import REPO_UI_FIELD_BEHAVIOUR
 
         return REPO_UI_FIELD_BEHAVIOUR
+
+
+def _url_of(conn_type: str, host: str, port: int | None, schema: str | None, extra: dict[str, Any]) -> str:
+    """The URL a connection means: the host field holds it (or a plain path); a URI-style connection
+    (`AIRFLOW_CONN_X='s3://bucket/prefix'`) was split by Airflow into type, host, port and schema."""
+    if "://" in host or conn_type in ("", OdfRepoHook.conn_type):
+        return host or str(extra.get("url") or "").strip()
+    netloc = f"{host}:{port}" if port else host
+    path = (schema or "").strip("/")
+    return f"{conn_type}://{netloc}/{path}" if path else f"{conn_type}://{netloc}"
 
 
 def _is_repository(root: Path) -> bool:

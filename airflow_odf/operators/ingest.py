@@ -55,14 +55,26 @@ class _IngestOperator(OdfBaseOperator):
             **kwargs,
         )
 
+    def landed(self, context: Context, dataset: Any) -> IngestResult | None:
+        """On a retry: what an earlier try of this task run already committed (found by the run marker)."""
+        if context["ti"].try_number <= 1:
+            return None
+        landed = committed_with_extra(dataset, self.dataset, RUN_EXTRA_KEY, self.run_marker(context))
+        if landed is not None:
+            self.log.info(
+                "%s: an earlier try of this task already committed %s (%d record(s))",
+                self.dataset,
+                landed.new_head,
+                landed.records,
+            )
+        return landed
+
     def ingest(self, context: Context, fn: Any) -> dict[str, Any]:
         repo = self.repository()
         dataset = self.call(lambda: repo.dataset(self.dataset))
-        if context["ti"].try_number > 1:
-            landed = committed_with_extra(dataset, self.dataset, RUN_EXTRA_KEY, self.run_marker(context))
-            if landed is not None:
-                self.log.info("%s: the previous try already committed %s", self.dataset, landed.new_head)
-                return self.report(context, landed.as_dict())
+        landed = self.landed(context, dataset)
+        if landed is not None:
+            return self.report(context, landed.as_dict())
         result: IngestResult = self.call(lambda: fn(dataset, self.runner(), self.work_dir(repo)))
         return self.report(context, result.as_dict())
 
@@ -99,22 +111,37 @@ class OdfIngestOperator(_IngestOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         watermark = None if not self.set_watermark else self.call(lambda: Timestamp.parse(self.set_watermark))
-        return self.ingest(
+        repo = self.repository()
+        dataset = self.call(lambda: repo.dataset(self.dataset))
+        # A retry after a landed commit pulls on from the source state that commit recorded (what it
+        # ingested is not fetched again; an uncacheable source is not re-read) and reports both parts.
+        landed = self.landed(context, dataset)
+        options = self.options(
             context,
-            lambda dataset, runner, work_dir: pull_polling(
-                dataset,
-                self.dataset,
-                runner,
-                self.options(
-                    context,
-                    work_dir,
-                    fetch_uncacheable=self.fetch_uncacheable,
-                    set_watermark=watermark,
-                    files_per_batch=self.files_per_batch,
-                    source_dir=Path(self.source_dir) if self.source_dir else None,
-                ),
-            ),
+            self.work_dir(repo),
+            fetch_uncacheable=self.fetch_uncacheable and landed is None,
+            set_watermark=watermark,
+            files_per_batch=self.files_per_batch,
+            source_dir=Path(self.source_dir) if self.source_dir else None,
         )
+        result = self.call(lambda: pull_polling(dataset, self.dataset, self.runner(), options))
+        if landed is not None:
+            result = _after(landed, result)
+        return self.report(context, result.as_dict())
+
+
+def _after(landed: IngestResult, rest: IngestResult) -> IngestResult:
+    """One result for an earlier try's commit followed by what the retry added."""
+    combined = IngestResult(
+        landed.dataset,
+        landed.dataset_id,
+        landed.prev_head,
+        rest.new_head if rest.new_blocks else landed.new_head,
+        [*landed.new_blocks, *rest.new_blocks],
+    )
+    combined.records = landed.records + rest.records
+    combined.quarantined = landed.quarantined + rest.quarantined
+    return combined
 
 
 class OdfPushIngestOperator(_IngestOperator):
