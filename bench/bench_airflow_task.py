@@ -1,0 +1,286 @@
+"""Per-task overhead of the provider (issue 7): an ODF push ingest of a tiny file vs a bare Spark task.
+
+One-task DAGs run through Airflow (`dag.test()`, SQLite, a temporary DAGS_FOLDER), all submitting to
+the `spark_default` connection (`local[2]`) through the Spark provider's `SparkSubmitHook`, with the
+same Spark settings (`spark.ui.enabled=false`):
+
+- `bench_odf_push` — the measured task: `OdfPushIngestOperator` (engine `spark-submit`) pushing a 3-row
+  CSV into a root dataset: connections, repository, the engine request, a spark-submit of our job with
+  the package as `--py-files`, read / offsets / Parquet in Spark, both hashes, the commit, XCom and the
+  asset event;
+- `bench_bare_empty` — the baseline of the target: `SparkSubmitOperator` running an empty PySpark job
+  (a session started and stopped, no Spark action);
+- `bench_bare_engine` — to split the difference: `SparkSubmitOperator` running the engine's work for
+  the same request (captured once from the core) without the provider around it: `run_request` of
+  `airflow_odf.engine.job` on a fresh session, the same `--py-files` archive.
+
+One warm-up run each, then `--reps` rounds in rotating order. The time of a task is its task instance's
+duration in the metadata DB (start to end as Airflow records it). Reported: medians and the ratios
+ODF / empty job (target <= 1.3) and ODF / engine work alone (the provider's own share).
+
+Usage: .venv/bin/python bench/bench_airflow_task.py [--reps N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ODF_DAG = textwrap.dedent(
+    """
+    import os
+    from datetime import datetime
+
+    from airflow.sdk import dag
+
+    from airflow_odf.operators.ingest import OdfPushIngestOperator
+
+
+    @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
+    def bench_odf_push():
+        OdfPushIngestOperator(
+            task_id="push", dataset="bench.tiny", files=[os.environ["ODF_BENCH_FILE"]], engine="spark-submit"
+        )
+
+
+    bench_odf_push()
+    """
+)
+
+BARE_DAG = textwrap.dedent(
+    """
+    import os
+    from datetime import datetime
+
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from airflow.sdk import dag
+
+
+    @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
+    def bench_bare_empty():
+        SparkSubmitOperator(
+            task_id="bare",
+            application=os.environ["ODF_BENCH_EMPTY_JOB"],
+            conn_id="spark_default",
+            name="bench-empty",
+            conf={"spark.ui.enabled": "false"},
+        )
+
+
+    @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
+    def bench_bare_engine():
+        SparkSubmitOperator(
+            task_id="bare",
+            application=os.environ["ODF_BENCH_ENGINE_JOB"],
+            application_args=[os.environ["ODF_BENCH_REQUEST"]],
+            py_files=os.environ["ODF_BENCH_ARCHIVE"],
+            conn_id="spark_default",
+            name="bench-engine",
+            conf={"spark.ui.enabled": "false"},
+        )
+
+
+    bench_bare_empty()
+    bench_bare_engine()
+    """
+)
+
+EMPTY_JOB = textwrap.dedent(
+    """
+    from pyspark.sql import SparkSession
+
+    SparkSession.builder.getOrCreate().stop()
+    """
+)
+
+ENGINE_JOB = textwrap.dedent(
+    """
+    import json, sys, tempfile
+
+    from airflow_odf.engine.job import run_request
+    from airflow_odf.engine.session import get_session
+
+    with open(sys.argv[1]) as f:
+        request = json.load(f)
+    request["out_dir"] = tempfile.mkdtemp(prefix="odf-bench-out-")
+    response = run_request(get_session(), request)
+    if response.get("error") or not response.get("slices"):
+        raise SystemExit(f"engine: {response}")
+    """
+)
+
+TINY_CSV = "event_time,city,population\n2024-01-01T00:00:00Z,A,1000\n2024-01-02T00:00:00Z,B,2000\n"
+TINY_CSV += "2024-01-03T00:00:00Z,C,3000\n"
+
+
+class _Capture:
+    """An engine runner that keeps the request the core sends and answers nothing useful."""
+
+    request = ""
+
+    def run(self, request_json: str, work_dir: Path) -> str:
+        self.request = request_json
+        return json.dumps({"version": 1, "error": {"kind": "engine", "message": "captured"}})
+
+
+def _prepare(work: Path) -> dict[str, Path]:
+    """A fresh Airflow home, DAGS_FOLDER, repository and inputs; the environment Airflow reads at import."""
+    from airflow_odf.odf import model
+    from airflow_odf.odf.engine_runner import package_archive
+    from airflow_odf.odf.errors import OdfError
+    from airflow_odf.odf.ingest import IngestOptions, push_ingest
+    from airflow_odf.odf.repository import Repository
+
+    dags, repo = work / "dags", work / "repo"
+    dags.mkdir()
+    (dags / "bench_odf_push.py").write_text(ODF_DAG)
+    (dags / "bench_bare.py").write_text(BARE_DAG)
+    (work / "empty_job.py").write_text(EMPTY_JOB)
+    (work / "engine_job.py").write_text(ENGINE_JOB)
+    (work / "tiny.csv").write_text(TINY_CSV)
+    read = model.ReadStepCsv(
+        header=True, ddl_schema=["event_time TIMESTAMP", "city STRING", "population BIGINT"]
+    )
+    source = model.AddPushSource(source_name="default", read=read, merge=model.MergeStrategyAppend())
+    Repository.init(repo).add(
+        model.DatasetSnapshot(
+            name="bench.tiny",
+            kind=model.DatasetKind.ROOT,
+            metadata=[source, model.SetVocab(event_time_column="event_time")],
+        )
+    )
+    capture = _Capture()
+    try:
+        dataset = Repository.open(repo).dataset("bench.tiny")
+        push_ingest(dataset, "bench.tiny", capture, [work / "tiny.csv"], IngestOptions(work_dir=work / "w"))
+    except OdfError:
+        pass  # the capturing runner answers with an error: nothing is committed
+    (work / "request.json").write_text(capture.request)
+    os.environ.update(
+        {
+            "AIRFLOW_HOME": str(work / "airflow"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",  # the task logs (Spark's output) are not the point
+            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+            "AIRFLOW_CONN_ODF_DEFAULT": json.dumps({"conn_type": "odf_repo", "host": repo.as_uri()}),
+            "ODF_BENCH_FILE": str(work / "tiny.csv"),
+            "ODF_BENCH_EMPTY_JOB": str(work / "empty_job.py"),
+            "ODF_BENCH_ENGINE_JOB": str(work / "engine_job.py"),
+            "ODF_BENCH_REQUEST": str(work / "request.json"),
+            "ODF_BENCH_ARCHIVE": str(package_archive(work / "py-files")),
+            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+        }
+    )
+    return {"dags": dags, "repo": repo}
+
+
+def _load(path: Path, name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)()
+
+
+def _run(dag: Any) -> float:
+    """The duration of the DAG's single task as Airflow recorded it."""
+    from airflow.utils.session import create_session
+
+    run = dag.test()
+    with create_session() as session:
+        [ti] = run.get_task_instances(session=session)
+        if str(ti.state) != "success":
+            raise SystemExit(f"{dag.dag_id}: task ended {ti.state}")
+        return (ti.end_date - ti.start_date).total_seconds()
+
+
+def _machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    import airflow
+    import pyspark
+    from airflow.providers.apache.spark import __version__ as spark_provider
+
+    return (
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({cpu})\n"
+        f"CPython {platform.python_version()}, Airflow {airflow.__version__}, "
+        f"Spark provider {spark_provider}, PySpark {pyspark.__version__}, {java[0] if java else 'java ?'}\n"
+        f"date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reps", type=int, default=5, help="timed rounds (each runs every DAG once)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="odf-bench-airflow-") as tmp:
+        paths = _prepare(Path(tmp))
+        from airflow.utils import db
+
+        db.resetdb()
+        print(_machine(), file=sys.stderr)
+        dags = {
+            "odf": _load(paths["dags"] / "bench_odf_push.py", "bench_odf_push"),
+            "empty": _load(paths["dags"] / "bench_bare.py", "bench_bare_empty"),
+            "engine": _load(paths["dags"] / "bench_bare.py", "bench_bare_engine"),
+        }
+        load = [os.getloadavg()[0]]
+        started = time.perf_counter()
+        print("warm-up:", {key: round(_run(dag), 2) for key, dag in dags.items()}, file=sys.stderr)
+        times: dict[str, list[float]] = {key: [] for key in dags}
+        keys = list(dags)
+        for rep in range(args.reps):
+            for key in keys[rep % 3 :] + keys[: rep % 3]:  # rotating order
+                times[key].append(_run(dags[key]))
+                load.append(os.getloadavg()[0])
+                print(f"round {rep + 1} {key}: task {times[key][-1]:.2f} s", file=sys.stderr)
+        from airflow_odf.odf.repository import Repository
+
+        blocks = len(list(Repository.open(paths["repo"]).dataset("bench.tiny").iter_blocks()))
+        med = {key: statistics.median(v) for key, v in times.items()}
+        print()
+        print(_machine())
+        print(
+            f"{args.reps} rounds in {time.perf_counter() - started:.0f} s; load average (1 min) "
+            f"{min(load):.1f}-{max(load):.1f}; dataset chain at the end: {blocks} blocks"
+        )
+        print("| task (median duration) | seconds | ODF task / this |")
+        print("|---|---|---|")
+        print(
+            f"| ODF push ingest of a 3-row CSV (`OdfPushIngestOperator`, spark-submit) | {med['odf']:.2f} | |"
+        )
+        print(
+            f"| bare `SparkSubmitOperator`, empty PySpark job | {med['empty']:.2f} "
+            f"| **{med['odf'] / med['empty']:.2f}** (target <= 1.3) |"
+        )
+        print(
+            f"| bare `SparkSubmitOperator`, the engine's work for the same request | {med['engine']:.2f} "
+            f"| {med['odf'] / med['engine']:.2f} |"
+        )
+        for key in keys:
+            print(f"{key}: " + ", ".join(f"{t:.2f}" for t in times[key]))
+
+
+if __name__ == "__main__":
+    main()
