@@ -1,19 +1,38 @@
 """The transform job: a derivative dataset's SQL over its inputs' new records (docs/engine-contract.md).
 
 Each input is a view named by its query alias (dots allowed), holding exactly the input's records in the
-request's offset range; the queries run in order and the last one is the output. As the reference
-requires, the output has no `offset` / `system_time` columns and has an event-time column of date or
-timestamp type; `op` is optional (+A when absent). Offsets follow the query's output order. The output
-is one slice: one ExecuteTransform consumes one interval of every input, so its data is not split.
+request's offset range, in offset order; the queries run in order and the last one is the output. As the
+reference requires, the output has no `offset` / `system_time` columns and has an event-time column of
+date or timestamp type; `op` is optional (+A when absent). Offsets follow the query's output order:
+partition by partition, each partition's rows in the order Spark produces them. The output is one
+slice: one ExecuteTransform consumes one interval of every input, so its data is not split.
+
+How an input view gets offset order without a shuffle: slices hold contiguous offset ranges, stored in
+offset order, and the request lists them in offset order. Each slice file is read on its own and the
+reads are concatenated in that order (one read of all files would not do: Spark packs files into
+partitions largest first), so the view's partitions are the files' pieces in file order. A file larger
+than a split is read as several partitions, in byte order: Spark sorts splits by size, stably, and all
+splits of a file but the last have the same size (a test pins this down with many splits per file).
+What is checked, not assumed: the Parquet footers must show each file's offsets as a gap-free range
+(min, max, row count) after the previous file's; and every row read is checked in the same pass to be
+at its place, `offset == file's first offset + the row's index in the file` (`_metadata.row_index`),
+else the job stops (`raise_error`). When the footers do not show it, the check stops the job, or the
+input is many small files (a read per file costs about 0.1-0.2 s of planning and set-up), the input is
+sorted by offset instead (range partitions, sorted in parallel), as before.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -25,23 +44,94 @@ from airflow_odf.engine.writer import (
     Vocabulary,
     normalize_timestamps,
     parse_time,
-    with_system_columns,
-    write_slices,
+    write_in_frame_order,
 )
 
-_ROW = "__odf_output_row"
+# Reading slices in place costs one Spark read (relation, scan, task set-up: about 0.1-0.2 s) per file;
+# sorting costs a shuffle of the input. In place pays off unless there are many small files.
+MAX_FILES_READ_IN_PLACE = 256
+MIN_MEAN_FILE_BYTES_IN_PLACE = 4 * 1024 * 1024
+OUT_OF_ORDER = "odf-engine: input slice not in offset order"
 
 
-def _input_view(spark: SparkSession, item: dict[str, Any]) -> DataFrame:
-    """The input's records with offsets in `[offset_start, offset_end]`, in offset order."""
+@dataclass(frozen=True)
+class SliceRange:
+    """A slice file's offsets as its Parquet footer states them: `first..last`, one row per offset."""
+
+    path: str
+    first: int
+    last: int
+
+
+def _input_view(spark: SparkSession, item: dict[str, Any], *, in_place: bool) -> DataFrame:
+    """The input's records with offsets in `[offset_start, offset_end]`, in offset order.
+
+    `in_place`: read the slices in place when their footers allow it, each row checked to be at its place
+    (a job reading such a view fails with `OUT_OF_ORDER` in its message when one is not); else sort.
+    """
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["schema"])))
     struct = arrow_to_spark(schema)
     vocab = Vocabulary.from_request(item.get("vocab", {}))
-    if not item.get("data_paths") or item.get("offset_end") is None:
+    paths = item.get("data_paths") or []
+    if not paths or item.get("offset_end") is None:
         return spark.createDataFrame([], struct)
-    df = spark.read.schema(struct).parquet(*item["data_paths"])
+    start, end = item["offset_start"], item["offset_end"]
     offset = F.col(quote_identifier(vocab.offset))
-    return df.filter(offset.between(item["offset_start"], item["offset_end"])).orderBy(offset)
+    in_range = offset.between(start, end)
+    ranges = slice_ranges(paths, vocab.offset) if in_place and _in_place_pays_off(paths) else None
+    if ranges is None:
+        return spark.read.schema(struct).parquet(*paths).filter(in_range).orderBy(offset)
+    reader, reads = spark.read.schema(struct), []
+    for piece in ranges:
+        if piece.last < start or piece.first > end:
+            continue  # no record in the range: not read at all
+        df = reader.parquet(piece.path)
+        row_index = df.metadataColumn("_metadata").getField("row_index")
+        at_its_place = offset - row_index == F.lit(piece.first)
+        stop = F.raise_error(F.lit(f"{OUT_OF_ORDER}: {piece.path}"))
+        reads.append(df.filter(in_range & F.when(at_its_place, F.lit(True)).otherwise(stop)))
+    return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], struct)
+
+
+def _in_place_pays_off(paths: list[str]) -> bool:
+    if len(paths) <= 4:
+        return True
+    if len(paths) > MAX_FILES_READ_IN_PLACE:
+        return False
+    try:
+        return sum(os.path.getsize(p) for p in paths) / len(paths) >= MIN_MEAN_FILE_BYTES_IN_PLACE
+    except OSError:
+        return False
+
+
+def slice_ranges(paths: list[str], offset: str) -> list[SliceRange] | None:
+    """The files' offset ranges, if their Parquet footers show each as gap-free (`max - min + 1` = rows)
+    and after the previous one; None otherwise, or if a footer cannot be read or lacks offset statistics.
+    Files without rows are left out."""
+    ranges: list[SliceRange] = []
+    for path in paths:
+        try:
+            meta = pq.read_metadata(path)
+        except (OSError, pa.ArrowException):
+            return None
+        leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
+        if offset not in leaves:
+            return None
+        index, lo, hi = leaves.index(offset), None, None
+        for rg in range(meta.num_row_groups):
+            if meta.row_group(rg).num_rows == 0:
+                continue
+            stats = meta.row_group(rg).column(index).statistics
+            if stats is None or not stats.has_min_max:
+                return None
+            lo = stats.min if lo is None else min(lo, stats.min)
+            hi = stats.max if hi is None else max(hi, stats.max)
+        if lo is None or hi is None:
+            continue
+        if hi - lo + 1 != meta.num_rows or (ranges and lo <= ranges[-1].last):
+            return None
+        ranges.append(SliceRange(path, lo, hi))
+    return ranges
 
 
 def _check_output(df: DataFrame, vocab: Vocabulary) -> DataFrame:
@@ -65,33 +155,37 @@ def _check_output(df: DataFrame, vocab: Vocabulary) -> DataFrame:
             f"the event-time column '{vocab.event_time}' has type {found.simpleString()}, "
             "expected date or timestamp",
         )
-    if vocab.op in df.columns:
-        if not isinstance(df.schema[vocab.op].dataType, T.ByteType | T.ShortType | T.IntegerType):
-            raise EngineInputError(
-                "bad-schema", f"the operation-type column '{vocab.op}' must be an integer (Int32)"
-            )
-        return df
-    return df.withColumn(vocab.op, F.lit(0).cast("int"))
+    if vocab.op in df.columns and not isinstance(
+        df.schema[vocab.op].dataType, T.ByteType | T.ShortType | T.IntegerType
+    ):
+        raise EngineInputError(
+            "bad-schema", f"the operation-type column '{vocab.op}' must be an integer (Int32)"
+        )
+    return df  # without `op`, the writer adds +A
 
 
 def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Runs one transform request; raises EngineInputError on bad queries or output."""
+    try:
+        return _transform(spark, request, in_place=True)
+    except (PySparkException, Py4JJavaError) as e:
+        if OUT_OF_ORDER not in str(e):
+            raise
+    return _transform(spark, request, in_place=False)  # a slice was not in offset order: sort the inputs
+
+
+def _transform(spark: SparkSession, request: dict[str, Any], *, in_place: bool) -> dict[str, Any]:
     vocab = Vocabulary.from_request(request.get("vocab", {}))
-    views = {item["alias"]: _input_view(spark, item) for item in request["inputs"]}
+    views = {item["alias"]: _input_view(spark, item, in_place=in_place) for item in request["inputs"]}
     result = run_sql(spark, views, request["queries"], "transform")
     output = _check_output(normalize_timestamps(result), vocab)
-    data = output.withColumn(_ROW, F.monotonically_increasing_id())
-    ordered = [c for c in output.columns if c not in (vocab.op, vocab.event_time)]
-    data = data.select(vocab.op, vocab.event_time, *[quote_identifier(c) for c in ordered], _ROW)
-    final = with_system_columns(
-        data,
-        [F.col(_ROW)],
+    slices, schema_file = write_in_frame_order(
+        output,
+        request["out_dir"],
         vocab=vocab,
         system_time=parse_time(request["system_time"]),
         next_offset=request["next_offset"],
-        drop_columns=(_ROW,),
     )
-    slices, schema_file = write_slices(final, request["out_dir"], vocab=vocab, max_records_per_slice=None)
     schema = pq.read_schema(schema_file).remove_metadata()
     return {
         "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),

@@ -1,22 +1,35 @@
-"""System columns, offsets and slice files: the last step of every ingest, as the reference writes them.
+"""System columns, offsets and slice files: the last step of every ingest and transform, as the reference
+writes them.
 
 Column order and types follow the reference: `offset` Int64, `op` Int32, `system_time` and `event_time`
-Timestamp(ms, UTC) (or Date for event time), then the data columns. Offsets follow a total sort order
-and are contiguous from `next_offset`; they are assigned without funnelling the rows through one
-partition: the sorted frame is range-partitioned, each partition is counted, and each row's offset is
-its partition's base plus its position in the partition. Each written file holds a contiguous offset
-range and becomes one slice; the numbers the core needs are read from the Parquet footers, not by
-another pass over the data.
+Timestamp(ms, UTC) (or Date for event time), then the data columns.
+
+Ingest (`with_system_columns` + `write_slices`): offsets follow a total sort order and are contiguous
+from `next_offset`; they are assigned without funnelling the rows through one partition: the sorted
+frame is range-partitioned, each partition is counted, and each row's offset is its partition's base
+plus its position in the partition. Each written file holds a contiguous offset range and becomes one
+slice.
+
+Transform (`write_in_frame_order`): offsets follow the frame's own order (partition by partition) and the
+output is one slice. The partitions are written in parallel as part files, then concatenated in
+partition order into the slice while the offsets are set: no sort, no shuffle, no counting pass.
+
+The numbers the core needs are read from the Parquet footers, not by another pass over the data.
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import re
+import shutil
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
@@ -29,6 +42,10 @@ from airflow_odf.engine.errors import EngineInputError
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
 _PARTITION = "__odf_partition"
 _POSITION = "__odf_position"
+# A concatenated slice's row groups: pyarrow's default row count, and Spark's default size in bytes.
+_ROW_GROUP_ROWS = 1024 * 1024
+_ROW_GROUP_BYTES = 128 * 1024 * 1024
+_PART_FILE = re.compile(r"part-(\d+)-.*?(?:-c(\d+))?\.[^/]*parquet$")
 
 
 @dataclass(frozen=True)
@@ -127,7 +144,7 @@ def with_system_columns(
     data_columns = [
         F.col(f"`{c}`") for c in df.columns if c not in hidden and c not in (vocab.op, vocab.event_time)
     ]
-    system_time_ms = system_time.replace(microsecond=system_time.microsecond // 1000 * 1000)
+    system_time_ms = _system_time_ms(system_time)
     result = ordered.select(
         (partition_base + F.col(_POSITION)).cast("long").alias(vocab.offset),
         F.col(f"`{vocab.op}`").cast("int").alias(vocab.op),
@@ -136,6 +153,165 @@ def with_system_columns(
         *data_columns,
     )
     return result
+
+
+def _system_time_ms(system_time: datetime) -> datetime:
+    return system_time.replace(microsecond=system_time.microsecond // 1000 * 1000)
+
+
+def write_in_frame_order(
+    df: DataFrame, out_dir: str, *, vocab: Vocabulary, system_time: datetime, next_offset: int
+) -> tuple[list[WrittenSlice], str]:
+    """Writes `df` (event time, data columns, optionally `op`) as one slice, in the frame's order.
+
+    The frame's order is partition by partition, each partition's rows in the order Spark produces them
+    (the order `monotonically_increasing_id` numbers them in). Offsets are contiguous from `next_offset`
+    in that order. Spark writes the partitions in parallel into plain (unencoded, uncompressed) part
+    files; they are then concatenated in partition order into the slice's file, adding `offset` (its
+    position plus `next_offset`), `system_time` and, when the frame has none, `op` = 0 (+A): no row goes
+    through one partition, no sort, no shuffle and no counting pass. The file reads back as Spark's own:
+    the same Arrow types, Spark's schema metadata, snappy. Returns the slice (none when the frame is
+    empty) and a file holding the schema.
+    """
+    data_columns = [F.col(f"`{c}`") for c in df.columns if c not in (vocab.op, vocab.event_time)]
+    op = [F.col(f"`{vocab.op}`").cast("int").alias(vocab.op)] if vocab.op in df.columns else []
+    frame = df.select(*op, F.col(f"`{vocab.event_time}`"), *data_columns)
+    parts_dir = os.path.join(out_dir, "parts")
+    (
+        frame.write.mode("overwrite")
+        .option("compression", "none")
+        .option("parquet.enable.dictionary", "false")
+        .parquet(parts_dir)
+    )
+    parts = _part_files(parts_dir)
+    target = os.path.join(out_dir, "data")
+    os.makedirs(target, exist_ok=True)
+    path = os.path.join(target, "slice.parquet")
+    rows = _concatenate(parts, path, vocab, _system_time_ms(system_time), next_offset)
+    shutil.rmtree(parts_dir, ignore_errors=True)
+    if not rows:
+        return [], path  # a file with the schema and no row group
+    return [_describe_slice(path, pq.ParquetFile(path).metadata, vocab)], path
+
+
+def _part_files(parts_dir: str) -> list[str]:
+    """Spark's part files in partition order (a task writes `part-<partition>-<job>[-c<n>]...parquet`)."""
+    keyed = []
+    for path in Path(parts_dir).glob("*.parquet"):
+        match = _PART_FILE.fullmatch(path.name)
+        if match is None:
+            raise EngineInputError("internal", f"unexpected file name from Spark's writer: {path}")
+        keyed.append(((int(match.group(1)), int(match.group(2) or 0)), str(path)))
+    if not keyed:
+        raise EngineInputError("internal", f"Spark wrote no Parquet file into {parts_dir}")
+    return [path for _, path in sorted(keyed)]
+
+
+_SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+@dataclass(frozen=True)
+class _SliceLayout:
+    """How part files' columns become a slice's: its schema, Spark's metadata, `op` present or added."""
+
+    schema: pa.Schema
+    metadata: dict[bytes, bytes]
+    has_op: bool
+
+
+def _slice_layout(part_schema: pa.Schema, vocab: Vocabulary) -> _SliceLayout:
+    """`offset`, `op`, `system_time`, then the part's event time and data columns; and the key-value
+    metadata Spark would have written for that (its row schema, with the added columns)."""
+    has_op = part_schema.names[0] == vocab.op
+    added = {
+        vocab.offset: pa.field(vocab.offset, pa.int64(), nullable=False),
+        vocab.op: part_schema.field(0) if has_op else pa.field(vocab.op, pa.int32(), nullable=False),
+        vocab.system_time: pa.field(vocab.system_time, pa.timestamp("ms", tz="UTC"), nullable=False),
+    }
+    rest = list(part_schema)[1:] if has_op else list(part_schema)
+    schema = pa.schema([added[vocab.offset], added[vocab.op], added[vocab.system_time], *rest])
+    metadata = dict(part_schema.metadata or {})
+    if _SPARK_ROW_METADATA in metadata:
+        row = json.loads(metadata[_SPARK_ROW_METADATA])
+        spark_types = {vocab.offset: "long", vocab.op: "integer", vocab.system_time: "timestamp"}
+
+        def spark_field(name: str) -> dict[str, object]:
+            return {"name": name, "type": spark_types[name], "nullable": False, "metadata": {}}
+
+        fields = row["fields"]
+        op_field = fields.pop(0) if has_op else spark_field(vocab.op)
+        row["fields"] = [spark_field(vocab.offset), op_field, spark_field(vocab.system_time), *fields]
+        metadata[_SPARK_ROW_METADATA] = json.dumps(row, separators=(",", ":")).encode()
+    return _SliceLayout(schema, metadata, has_op)
+
+
+def _parquet_writer(path: str, layout: _SliceLayout, vocab: Vocabulary, part: str) -> pq.ParquetWriter:
+    """A writer whose file reads back as Spark's do: the same types (decimals of up to 18 digits as
+    integers, as Spark writes them), no Arrow schema of its own, Spark's metadata, snappy.
+
+    Encodings: `offset` is delta-encoded (it counts up by one: next to nothing stored); dictionaries for
+    the constant system columns and for the columns whose values tend to repeat (strings, binary,
+    booleans, 32-bit and narrower numbers, dates); 64-bit numbers, timestamps and floats are stored
+    plain, as a dictionary of them overflows and is thrown away (what Spark's writer does, at a cost).
+    """
+    dictionary = {vocab.op, vocab.system_time}
+    for column in pq.ParquetFile(part).schema:  # the part's leaf columns, as the slice names them
+        if column.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY", "BOOLEAN", "INT32"):
+            dictionary.add(column.path)
+    options: dict[str, object] = {
+        "compression": "snappy",
+        "store_schema": False,
+        "use_dictionary": sorted(dictionary - {vocab.offset}),
+        "column_encoding": {vocab.offset: "DELTA_BINARY_PACKED"},
+    }
+    if "store_decimal_as_integer" in pq.ParquetWriter.__init__.__code__.co_varnames:
+        options["store_decimal_as_integer"] = True
+    writer = pq.ParquetWriter(path, layout.schema, **options)
+    if layout.metadata:
+        writer.add_key_value_metadata(layout.metadata)
+    return writer
+
+
+def _concatenate(
+    parts: list[str], path: str, vocab: Vocabulary, system_time: datetime, next_offset: int
+) -> int:
+    """Concatenates the part files' rows in order into `path`, adding the offsets (from `next_offset`), the
+    system time and `op` if missing; returns the row count. Streams: about one row group of the slice is
+    held in memory. With no rows, the file holds only the schema."""
+    layout = _slice_layout(pq.read_schema(parts[0]), vocab)
+    system_ms = (system_time - _EPOCH) // timedelta(milliseconds=1)
+    system_type = layout.schema.field(vocab.system_time).type
+    writer = _parquet_writer(path, layout, vocab, parts[0])
+    pending: list[pa.RecordBatch] = []
+    rows, pending_rows, pending_bytes = 0, 0, 0
+    try:
+        for part in parts:
+            with pq.ParquetFile(part) as source:
+                if source.metadata.num_rows == 0:
+                    continue
+                for batch in source.iter_batches(batch_size=_ROW_GROUP_ROWS):
+                    n, start = batch.num_rows, next_offset + rows
+                    offsets = pa.array(np.arange(start, start + n, dtype=np.int64))
+                    system = pa.array(np.full(n, system_ms, dtype=np.int64)).cast(system_type)
+                    if layout.has_op:
+                        columns = [offsets, batch.column(0), system, *batch.columns[1:]]
+                    else:
+                        columns = [offsets, pa.array(np.zeros(n, dtype=np.int32)), system, *batch.columns]
+                    pending.append(pa.RecordBatch.from_arrays(columns, schema=layout.schema))
+                    rows, pending_rows, pending_bytes = (
+                        rows + n,
+                        pending_rows + n,
+                        pending_bytes + batch.nbytes,
+                    )
+                    if pending_rows >= _ROW_GROUP_ROWS or pending_bytes >= _ROW_GROUP_BYTES:
+                        writer.write_table(pa.Table.from_batches(pending), row_group_size=pending_rows)
+                        pending, pending_rows, pending_bytes = [], 0, 0
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending), row_group_size=pending_rows)
+    finally:
+        writer.close()
+    return rows
 
 
 def write_slices(

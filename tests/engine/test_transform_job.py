@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timezone
+import json
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
+from airflow_odf.engine import transform_job
 from airflow_odf.engine.job import run_request
+from airflow_odf.engine.spark_types import arrow_to_spark
+from airflow_odf.engine.writer import Vocabulary, normalize_timestamps, with_system_columns, write_slices
 
 UTC = timezone.utc
 SCHEMA = pa.schema(
@@ -142,3 +148,167 @@ def test_bad_queries_are_named(
     response = run_request(spark, _request(tmp_path, [{"query": query}], [_input("t", [data], 0, 0)]))
     assert response["error"]["kind"] == kind
     assert fragment in response["error"]["message"]
+
+
+# --- Input order without a sort, output offsets by concatenation (issue 5) -------------------------------
+
+
+def _numbered_slice(path: Path, start: int, n: int, *, shuffle: bool = False, row_group_size: int = 0) -> str:
+    """Rows `start..start+n-1`, `price` = the offset (to follow each row), optionally stored out of order."""
+    order = list(range(n))
+    if shuffle:
+        order = order[1::2] + order[::2]
+    offsets = [start + i for i in order]
+    table = pa.table(
+        {
+            "offset": offsets,
+            "op": [0] * n,
+            "system_time": [datetime(2024, 1, 1, tzinfo=UTC)] * n,
+            "event_time": [datetime(2024, 1, 1, tzinfo=UTC) + timedelta(seconds=o) for o in offsets],
+            "symbol": [f"S{o % 7}" for o in offsets],
+            "price": [float(o) for o in offsets],
+        },
+        schema=SCHEMA,
+    )
+    pq.write_table(table, path, row_group_size=row_group_size or n)
+    return str(path)
+
+
+@pytest.fixture
+def modes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """The `in_place` argument of each attempt of the transform (True: read in place, False: sorted)."""
+    seen: list[bool] = []
+    original = transform_job._transform
+
+    def recording(spark: SparkSession, request: dict[str, Any], *, in_place: bool) -> dict[str, Any]:
+        seen.append(in_place)
+        return original(spark, request, in_place=in_place)
+
+    monkeypatch.setattr(transform_job, "_transform", recording)
+    return seen
+
+
+@pytest.fixture
+def many_splits(spark: SparkSession) -> Iterator[None]:
+    """Spark splits every file into many partitions (4 KiB splits, no open cost)."""
+    keys = ("spark.sql.files.maxPartitionBytes", "spark.sql.files.openCostInBytes")
+    before = {k: spark.conf.get(k) for k in keys}
+    spark.conf.set(keys[0], "4096")
+    spark.conf.set(keys[1], "0")
+    yield
+    for k, v in before.items():
+        spark.conf.set(k, v)
+
+
+def _prices(response: dict[str, Any]) -> tuple[list[int], list[float]]:
+    [written] = response["slices"]
+    table = pq.read_table(written["path"])
+    return table["offset"].to_pylist(), table["price"].to_pylist()
+
+
+def test_slices_read_in_place_keep_offset_order_across_many_partitions(
+    spark: SparkSession, tmp_path: Path, modes: list[bool], many_splits: None
+) -> None:
+    paths = [
+        _numbered_slice(tmp_path / f"s{i}.parquet", i * 3000, 3000, row_group_size=250) for i in range(3)
+    ]
+    assert spark.read.schema(arrow_to_spark(SCHEMA)).parquet(paths[0]).rdd.getNumPartitions() > 4
+    query = [{"query": "SELECT event_time, symbol, price FROM t WHERE symbol <> 'S3'"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", paths, 100, 8899)]))
+    assert response.get("error") is None, response
+    assert modes == [True]  # read in place, every row checked, no fallback
+    offsets, prices = _prices(response)
+    expected = [float(o) for o in range(100, 8900) if o % 7 != 3]
+    assert prices == expected  # the input's offset order, across files and splits
+    assert offsets == list(range(10, 10 + len(expected)))
+
+
+def test_identical_requests_give_identical_slices(
+    spark: SparkSession, tmp_path: Path, many_splits: None
+) -> None:
+    paths = [
+        _numbered_slice(tmp_path / f"s{i}.parquet", i * 2000, 2000, row_group_size=300) for i in range(2)
+    ]
+    query = [{"query": "SELECT event_time, symbol, price * 2 AS price FROM t WHERE price > 100"}]
+    files = []
+    for run in range(2):
+        request = _request(tmp_path / f"run{run}", query, [_input("t", paths, 0, 3999)])
+        [written] = run_request(spark, request)["slices"]
+        files.append(Path(written["path"]).read_bytes())
+    assert files[0] == files[1]  # same rows, same order, same bytes: the same logical and physical hash
+
+
+def test_a_slice_stored_out_of_order_is_sorted(
+    spark: SparkSession, tmp_path: Path, modes: list[bool]
+) -> None:
+    first = _numbered_slice(tmp_path / "a.parquet", 0, 50)
+    second = _numbered_slice(tmp_path / "b.parquet", 50, 50, shuffle=True)  # footer fine, rows not
+    query = [{"query": "SELECT event_time, symbol, price FROM t"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", [first, second], 10, 89)]))
+    assert response.get("error") is None, response
+    assert modes == [True, False]  # the row check stopped the in-place read; the retry sorted
+    offsets, prices = _prices(response)
+    assert prices == [float(o) for o in range(10, 90)]
+    assert offsets == list(range(10, 90))
+
+
+def test_slices_listed_out_of_order_are_sorted(
+    spark: SparkSession, tmp_path: Path, modes: list[bool]
+) -> None:
+    first = _numbered_slice(tmp_path / "a.parquet", 0, 20)
+    second = _numbered_slice(tmp_path / "b.parquet", 20, 20)
+    query = [{"query": "SELECT event_time, symbol, price FROM t"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", [second, first], 0, 39)]))
+    assert modes == [True]
+    assert _prices(response)[1] == [float(o) for o in range(40)]
+
+
+def test_slice_file_types_and_metadata_as_spark_writes_them(spark: SparkSession, tmp_path: Path) -> None:
+    data = _numbered_slice(tmp_path / "a.parquet", 0, 5)
+    query = (
+        "SELECT CAST(1 AS TINYINT) AS op, event_time, CAST(event_time AS DATE) AS day, "
+        "CAST(price AS DECIMAL(10, 2)) AS amount, array(symbol, symbol) AS tags, "
+        "named_struct('s', symbol, 'p', price) AS info, map(symbol, price) AS m, price > 2 AS big FROM t"
+    )
+    response = run_request(spark, _request(tmp_path, [{"query": query}], [_input("t", [data], 0, 4)]))
+    assert response.get("error") is None, response
+    [written] = response["slices"]
+    ours = pq.read_table(written["path"])
+    # the same rows as Spark's own writer writes them (the ingest's writer: sort, offsets, write_slices)
+    spark.read.schema(arrow_to_spark(SCHEMA)).parquet(data).createOrReplaceTempView("t")
+    result = normalize_timestamps(spark.sql(query)).withColumn("row", F.monotonically_increasing_id())
+    system_time = datetime(2024, 2, 1, 0, 0, 0, 123000, tzinfo=UTC)
+    final = with_system_columns(
+        result,
+        [F.col("row")],
+        vocab=Vocabulary(),
+        system_time=system_time,
+        next_offset=10,
+        drop_columns=("row",),
+    )
+    [reference], _ = write_slices(
+        final, str(tmp_path / "spark"), vocab=Vocabulary(), max_records_per_slice=None
+    )
+    theirs = pq.read_table(reference.path)
+    assert ours.schema.remove_metadata() == theirs.schema.remove_metadata()
+    assert ours.to_pylist() == theirs.to_pylist()
+    assert written == {**reference.__dict__, "path": written["path"]}
+    frame = spark.read.parquet(written["path"])
+    assert frame.schema == spark.read.parquet(reference.path).schema
+    assert ours.schema.names[:4] == ["offset", "op", "system_time", "event_time"]
+    assert ours["op"].to_pylist() == [1] * 5
+    spark_row_schema = b"org.apache.spark.sql.parquet.row.metadata"
+    row_schemas = [pq.read_metadata(p).metadata[spark_row_schema] for p in (written["path"], reference.path)]
+    assert json.loads(row_schemas[0]) == json.loads(row_schemas[1])  # Spark reads it back the same way
+    decimal = pq.ParquetFile(written["path"]).schema.column(ours.schema.names.index("amount"))
+    assert decimal.physical_type == "INT64"  # as Spark stores DECIMAL(10, 2)
+
+
+def test_all_rows_filtered_out_still_gives_the_schema(spark: SparkSession, tmp_path: Path) -> None:
+    data = _numbered_slice(tmp_path / "a.parquet", 0, 5)
+    query = [{"query": "SELECT event_time, symbol FROM t WHERE price > 100"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", [data], 0, 4)]))
+    assert response.get("error") is None and response["slices"] == []
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(response["output_schema"])))
+    assert schema.names == ["offset", "op", "system_time", "event_time", "symbol"]
+    assert schema.field("op").type == pa.int32() and not schema.field("op").nullable
