@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from typing import Any
 
 from tests.paths import REPO
@@ -54,3 +55,40 @@ def asset_events(uri_prefix: str) -> list[dict[str, Any]]:
             .all()
         )
         return [{"uri": a.uri, "extra": e.extra, "source_task_id": e.source_task_id} for e, a in rows]
+
+
+def check_trades_pipeline(run: Any, root: Path) -> None:
+    """What example DAG 1 must leave, whatever the engine: every task succeeded, the transform pinned to
+    the ingest's head, verification passed, and both datasets' asset events carry their heads."""
+    from airflow_odf.odf import model
+    from airflow_odf.odf.repository import Repository
+
+    assert task_states(run) == {
+        "apply_manifests": "success",
+        "ingest_trades": "success",
+        "transform_daily": "success",
+        "verify_daily": "success",
+    }
+    repo = Repository.open(root)
+    trades, daily = repo.dataset("com.example.trades"), repo.dataset("com.example.trades.daily")
+    ingested = xcom(run, "ingest_trades")
+    assert ingested["dataset_id"] == str(trades.state().dataset_id)
+    assert ingested["new_head"] == str(trades.head()) and ingested["records"] > 0
+    transformed = xcom(run, "transform_daily")
+    assert transformed["new_head"] == str(daily.head()) and transformed["records"] > 0
+    execute = daily.block(daily.head()).event
+    assert isinstance(execute, model.ExecuteTransform)
+    assert str(execute.query_inputs[0].new_block_hash) == ingested["new_head"]
+    report = xcom(run, "verify_daily")
+    assert report["ok"] and report["reproducibility"] == "checked"
+    applied = {r["dataset"]: r for r in xcom(run, "apply_manifests")}
+    assert applied["com.example.trades"]["created"] and applied["com.example.trades.daily"]["created"]
+    heads = {ingested["new_head"], transformed["new_head"]}
+    events = {e["source_task_id"]: e for e in asset_events("odf://") if e["extra"].get("head") in heads}
+    did = str(daily.state().dataset_id).removeprefix("did:odf:")
+    assert events["transform_daily"]["uri"].rstrip("/") == f"odf://{did}"
+    assert events["transform_daily"]["extra"] == {
+        "head": transformed["new_head"],
+        "prev_head": transformed["prev_head"],
+    }
+    assert events["ingest_trades"]["extra"]["head"] == ingested["new_head"]

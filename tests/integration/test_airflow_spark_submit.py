@@ -11,9 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.repository import Repository
-from tests.airflow.dag_runs import asset_events, load_dag, task_states, xcom
+from tests.airflow.dag_runs import check_trades_pipeline, load_dag
 
 pytestmark = pytest.mark.skipif(shutil.which("spark-submit") is None, reason="spark-submit is not on PATH")
 
@@ -39,35 +37,7 @@ def test_trades_pipeline_through_spark_submit(
         ["apply_manifests", "ingest_trades", "transform_daily", "verify_daily"], "spark-submit"
     )
     run = dag.test()
-    assert task_states(run) == {
-        "apply_manifests": "success",
-        "ingest_trades": "success",
-        "transform_daily": "success",
-        "verify_daily": "success",
-    }
-    repo = Repository.open(root)
-    trades, daily = repo.dataset("com.example.trades"), repo.dataset("com.example.trades.daily")
-    ingested = xcom(run, "ingest_trades")
-    assert ingested["dataset_id"] == str(trades.state().dataset_id)
-    assert ingested["new_head"] == str(trades.head()) and ingested["records"] > 0
-    transformed = xcom(run, "transform_daily")
-    assert transformed["new_head"] == str(daily.head()) and transformed["records"] > 0
-    execute = daily.block(daily.head()).event
-    assert isinstance(execute, model.ExecuteTransform)
-    assert str(execute.query_inputs[0].new_block_hash) == ingested["new_head"]
-    report = xcom(run, "verify_daily")
-    assert report["ok"] and report["reproducibility"] == "checked"
-    applied = {r["dataset"]: r for r in xcom(run, "apply_manifests")}
-    assert applied["com.example.trades"]["created"] and applied["com.example.trades.daily"]["created"]
-    heads = {ingested["new_head"], transformed["new_head"]}
-    events = {e["source_task_id"]: e for e in asset_events("odf://") if e["extra"].get("head") in heads}
-    did = str(daily.state().dataset_id).removeprefix("did:odf:")
-    assert events["transform_daily"]["uri"].rstrip("/") == f"odf://{did}"
-    assert events["transform_daily"]["extra"] == {
-        "head": transformed["new_head"],
-        "prev_head": transformed["prev_head"],
-    }
-    assert events["ingest_trades"]["extra"]["head"] == ingested["new_head"]
+    check_trades_pipeline(run, root)
     # the Spark provider's hook ran one spark-submit per engine request (two files ingested, one
     # transform, its replay by verify) and streamed each application's output into the task log
     out = capfd.readouterr()
