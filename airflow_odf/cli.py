@@ -17,6 +17,7 @@ from airflow_odf.cli_engine import LazyRunner, engine_options
 from airflow_odf.cli_ingest import register as register_data_commands
 from airflow_odf.cli_schema import expand_shorthand
 from airflow_odf.cli_schema import register as register_schema_commands
+from airflow_odf.cli_sync import register as register_sync_commands
 from airflow_odf.odf import model
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.flatbuffers_codec import block_hash, decode_block, encode_block
@@ -330,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_gc)
     register_data_commands(groups, repo_arg)
     register_schema_commands(groups, repo_arg)
+    register_sync_commands(groups, repo_arg)
     return parser
 
 

@@ -1,5 +1,5 @@
-"""The data commands of `odf`: `pull` (one dataset or a whole pipeline), `ingest` (push), `transform`
-and `tail`.
+"""The data commands of `odf`: `pull` (one dataset or a whole pipeline, or a remote dataset: see
+cli_sync), `ingest` (push), `transform` and `tail`.
 
 The engine is the in-process local Spark (default) or `spark-submit` (`--engine spark-submit --master
 URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER.
@@ -15,6 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from airflow_odf.cli_engine import LazyRunner, engine_options
+from airflow_odf.cli_sync import add_pull_options, cmd_remote_pull, is_remote_pull
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.pull_plan import (
     PlannedPull,
@@ -149,9 +150,12 @@ def cmd_pull(args: argparse.Namespace) -> None:
     """`odf pull NAME...`: one dataset keeps the output of old (a dict); several, --recursive or --all
     report a list in execution order, and fail (after running what they can) if any dataset failed.
     """
+    repo = Repository.open(args.repo)
+    if is_remote_pull(args, repo):
+        cmd_remote_pull(args, repo)
+        return
     _pull_options(args)
     _timestamp(args.set_watermark, "--set-watermark")
-    repo = Repository.open(args.repo)
     plan = plan_pull(repo, None if args.all else args.names, recursive=args.recursive)
     single = not args.all and not args.recursive and len(plan.datasets) == 1
     if args.set_watermark is not None and plan.datasets[0].action != "ingest":
@@ -278,6 +282,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--set-watermark", metavar="T", help="advance the watermark to this RFC 3339 time")
     p.add_argument("--files-per-batch", type=int, default=1, help="FilesGlob: files per AddData block")
+    add_pull_options(p)
     p.set_defaults(func=cmd_pull)
     p = groups.add_parser(
         "ingest", parents=[repo_arg, engine_arg, ingest_arg], help="push files into a push source"

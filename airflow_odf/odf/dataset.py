@@ -209,13 +209,19 @@ class Dataset:
         self._write_summary(new_state)
         return CommitResult(state.head, new_state.head, [h for h, _ in blocks], new_state)
 
-    def append_block_bytes(self, blocks: Sequence[bytes], *, expected_head: ExpectedHead) -> CommitResult:
-        """Appends blocks received verbatim (e.g. pulled): hashed, decoded and validated, never re-encoded."""
+    def append_block_bytes(
+        self, blocks: Sequence[bytes], *, expected_head: ExpectedHead, replace: bool = False
+    ) -> CommitResult:
+        """Appends blocks received verbatim (e.g. pulled): hashed, decoded and validated, never re-encoded.
+
+        `replace`: the blocks are a whole chain from its Seed that takes the place of the current one
+        (a forced sync over a diverged history), validated from scratch.
+        """
         state = self.state()
         expected_head = _expected(expected_head)
         if expected_head is not CURRENT_HEAD and expected_head != state.head:
             raise ConflictError(f"head is {state.head}, expected {expected_head}")
-        new_state = state
+        new_state = ChainState() if replace else state
         hashes = []
         for data in blocks:
             h = block_hash(data)

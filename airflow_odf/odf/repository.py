@@ -170,12 +170,16 @@ class Repository:
         dataset = self.dataset_by_id(did)
         seed = model.Seed(dataset_id=did, dataset_kind=kind)
         commit = dataset.commit([seed, *events], system_time=system_time, expected_head=None)
-        dataset.store.put(ALIAS_KEY, name.encode())
         try:  # the name is taken last: a failed creation leaves only an unnamed dataset for `gc`
-            self.store.compare_and_swap(self._alias_key(name), None, str(did).encode())
+            self.register_name(name, did)
         except ConflictError:
             raise ConflictError(f"a dataset named {name!r} was created concurrently") from None
         return AddResult(name, did, True, commit)
+
+    def register_name(self, name: str, dataset_id: DatasetId) -> None:
+        """Names an existing dataset folder; ConflictError when the name is taken meanwhile."""
+        self.dataset_by_id(dataset_id).store.put(ALIAS_KEY, name.encode())
+        self.store.compare_and_swap(self._alias_key(name), None, str(dataset_id).encode())
 
     # ----- housekeeping -----
 

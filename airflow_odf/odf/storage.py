@@ -16,6 +16,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from airflow_odf.odf.errors import OdfError
 
@@ -83,6 +84,30 @@ class ObjectStore(ABC):
         """A path readers may open directly (for Spark), when the store is on the local disk."""
         return None
 
+    def get_file(self, key: str, target: Path) -> None:
+        """Copies an object to a local file, all or nothing; remote backends stream big objects."""
+        data = self.get(key)
+        with writing_atomically(target) as f:
+            f.write(data)
+
+
+@contextlib.contextmanager
+def writing_atomically(target: Path) -> Iterator[BinaryIO]:
+    """A temp file next to `target` that replaces it only when the block ends without an error, so
+    an interrupted download never leaves a partial file under the final name."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
 
 class LocalObjectStore(ObjectStore):
     """A directory on the local file system. Writes go to a temp file then `os.replace`."""
@@ -136,6 +161,14 @@ class LocalObjectStore(ObjectStore):
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)
+
+    def get_file(self, key: str, target: Path) -> None:
+        try:
+            source = open(self._path(key), "rb")  # noqa: SIM115 - closed by the `with` below
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            raise ObjectNotFoundError(f"{key} not found in {self.root}") from None
+        with source, writing_atomically(target) as f:
+            shutil.copyfileobj(source, f, 1024 * 1024)
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
