@@ -1,8 +1,9 @@
 """Airflow-side exceptions: how ODF failures map onto Airflow's retry semantics.
 
 Bad input, a broken chain or a schema violation will not get better by retrying: those fail the task
-at once (`AirflowFailException`). A source that is unreachable, a concurrent writer or a crashed Spark
-job may: those fail with `AirflowException`, and the task's retries apply.
+at once (`AirflowFailException`), as does tampered or diverged data met while syncing. A source or a
+remote repository that is unreachable, a concurrent writer or a crashed Spark job may: those fail with
+`AirflowException`, and the task's retries apply.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.fetch_types import FetchError
 from airflow_odf.odf.schema_evolution import SchemaChange, SchemaEvolutionError
 from airflow_odf.odf.storage import ConflictError
+from airflow_odf.odf.storage_http import HttpStoreError
+from airflow_odf.odf.storage_s3 import S3StoreError
 
 
 class OdfSchemaViolationException(AirflowFailException):
@@ -31,6 +34,6 @@ def airflow_error(dataset: str, error: OdfError) -> AirflowException:
         return OdfSchemaViolationException(dataset, str(error), error.changes)
     if isinstance(error, FetchError) and error.retryable:
         return AirflowException(str(error))
-    if isinstance(error, ConflictError | EngineRunError):
+    if isinstance(error, ConflictError | EngineRunError | HttpStoreError | S3StoreError):
         return AirflowException(f"{dataset}: {error}")
     return AirflowFailException(str(error))

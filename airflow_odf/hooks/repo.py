@@ -17,8 +17,9 @@ from airflow.sdk.log import mask_secret
 
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.store_url import StoreCredentials, join_url
 
-SCHEMES = ("file", "s3", "http", "https")
+SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
 
 
 class OdfRepoHook(BaseHook):
@@ -54,6 +55,40 @@ class OdfRepoHook(BaseHook):
                 f"expected one of {', '.join(SCHEMES)}"
             )
         return url
+
+    def store_credentials(self) -> StoreCredentials:
+        """What the core needs to reach an S3 or HTTP repository, from the connection's extras.
+
+        S3: `aws_conn_id` names an AWS connection (login = access key id, password = secret, extras
+        `endpoint_url`, `region_name`), or the keys are in this connection's extras; otherwise boto3's
+        default chain applies. HTTP: `token` (a bearer token), `timeout`, `retries`.
+        """
+        extra = self.get_connection(self.odf_conn_id).extra_dejson
+        aws: dict[str, Any] = {}
+        if extra.get("aws_conn_id"):
+            conn = self.get_connection(extra["aws_conn_id"])
+            if conn.password:
+                mask_secret(conn.password)
+            aws = {
+                "aws_access_key_id": conn.login or None,
+                "aws_secret_access_key": conn.password or None,
+                **{k: v for k, v in conn.extra_dejson.items() if k in ("endpoint_url", "region_name")},
+            }
+        aws.update({k: v for k, v in extra.items() if k.startswith("aws_") and k != "aws_conn_id"})
+        return StoreCredentials(
+            aws_access_key_id=aws.get("aws_access_key_id"),
+            aws_secret_access_key=aws.get("aws_secret_access_key"),
+            aws_session_token=aws.get("aws_session_token"),
+            region=extra.get("region_name") or aws.get("region_name"),
+            endpoint_url=extra.get("endpoint_url") or aws.get("endpoint_url"),
+            bearer_token=extra.get("token"),
+            http_timeout=float(extra["timeout"]) if extra.get("timeout") else None,
+            http_retries=int(extra["retries"]) if extra.get("retries") is not None else None,
+        )
+
+    def dataset_url(self, name: str) -> str:
+        """Where dataset `name` lives in this repository when it is a remote: `<repository URL>/<name>`."""
+        return join_url(self.repository_url(), name)
 
     def get_conn(self) -> Repository:
         """The repository, opened (it must have been created with `odf init` or `create=True`)."""

@@ -227,8 +227,7 @@ class Dataset:
             h = block_hash(data)
             new_state = apply_block(new_state, decode_block(data), h)
             hashes.append(h)
-        for h, data in zip(hashes, blocks, strict=True):
-            self.store.put(block_key(h), data)
+        self.store.put_many([(block_key(h), data) for h, data in zip(hashes, blocks, strict=True)])
         if hashes:
             self._move_head(state.head, new_state.head)
             self._write_summary(new_state)

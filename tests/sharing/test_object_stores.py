@@ -194,10 +194,16 @@ def test_s3_list_paginates(make_s3_store: Callable[..., S3ObjectStore]) -> None:
         list(pool.map(lambda k: store.put(k, b"b"), keys))
     store.put("blocks/sub/f1620x", b"b")
     calls: list[dict[str, Any]] = []
-    store.client.meta.events.register(
-        "before-call.s3.ListObjectsV2", lambda params, **_: calls.append(params)
-    )
-    assert set(store.list("blocks")) == keys
+
+    def spy(params: dict[str, Any], **_: Any) -> None:
+        calls.append(params)
+
+    events = store.client.meta.events  # the client is shared: the spy is removed afterwards
+    events.register("before-call.s3.ListObjectsV2", spy, unique_id="odf-test-spy")
+    try:
+        assert set(store.list("blocks")) == keys
+    finally:
+        events.unregister("before-call.s3.ListObjectsV2", unique_id="odf-test-spy")
     assert len(calls) == 7  # ceil(20 / 3) pages: the listing followed continuation tokens
 
 
@@ -308,8 +314,9 @@ def test_s3_missing_bucket_and_bad_credentials(moto_endpoint: str, s3_bucket: st
 
 
 def test_s3_store_options_are_checked(moto_endpoint: str) -> None:
-    with pytest.raises(ValueError, match="either a ready S3 client or connection settings"):
-        S3ObjectStore("bucket", client=object(), endpoint_url=moto_endpoint)
+    for setting in ({"endpoint_url": moto_endpoint}, {"retries": 2}, {"region": REGION}):
+        with pytest.raises(ValueError, match="either a ready S3 client or connection settings"):
+            S3ObjectStore("bucket", client=object(), **setting)
     with pytest.raises(S3StoreError, match="invalid S3 bucket name"):
         S3ObjectStore("", endpoint_url=moto_endpoint)
     with pytest.raises(InvalidKeyError):
@@ -384,7 +391,9 @@ def test_http_retries_transient_failures(http_server: HttpServer, tmp_path: Path
     store.get_file("blocks/f1620b", tmp_path / "b")
     assert (tmp_path / "b").read_bytes() == b"block"
     http_server.faults.truncate_next = 1  # connection dropped mid-body
+    before = http_server.count("GET")
     assert store.get("blocks/f1620b") == b"block"
+    assert http_server.count("GET") == before + 2
 
 
 def test_http_honours_retry_after_but_caps_it(http_server: HttpServer) -> None:
