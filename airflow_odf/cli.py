@@ -114,7 +114,7 @@ def _checked(repo: Repository, snapshot: model.DatasetSnapshot, runner: LazyRunn
         return snapshot
     from airflow_odf.odf.transform_evolution import check_transform_change  # loads pyarrow
 
-    return check_transform_change(repo, snapshot, runner, repo.root / "cache")
+    return check_transform_change(repo, snapshot, runner, repo.work_dir)
 
 
 def cmd_add(args: argparse.Namespace) -> None:
@@ -217,7 +217,7 @@ def cmd_verify(args: argparse.Namespace) -> None:
             repo,
             args.name,
             LazyRunner(args),
-            repo.root / "cache",
+            repo.work_dir,
             log=lambda line: print(line, file=sys.stderr),
         )
     ok = not problems and not not_reproducible

@@ -50,7 +50,7 @@ def _options(args: argparse.Namespace, repo: Repository, **kwargs: Any) -> Inges
     from airflow_odf.odf.ingest import IngestOptions
 
     return IngestOptions(
-        work_dir=repo.root / "cache",
+        work_dir=repo.work_dir,
         max_records_per_slice=args.max_records_per_slice,
         bad_records="quarantine" if args.quarantine_bad_records else "fail",
         schema_policy=args.schema_policy,
@@ -92,7 +92,7 @@ def _pull_one(
 
     if planned.action == "transform":
         options = TransformOptions(
-            work_dir=repo.root / "cache",
+            work_dir=repo.work_dir,
             max_input_records=args.max_input_records,
             recover_diverged=args.reset_derivatives_on_diverged_input,
             schema_policy=args.schema_policy,
@@ -206,7 +206,7 @@ def cmd_transform(args: argparse.Namespace) -> None:
         pins[alias] = block
     repo = Repository.open(args.repo)
     options = TransformOptions(
-        work_dir=repo.root / "cache",
+        work_dir=repo.work_dir,
         pinned_heads=pins or None,
         max_input_records=args.max_input_records,
         schema_policy=args.schema_policy,

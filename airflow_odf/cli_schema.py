@@ -121,7 +121,7 @@ def cmd_infer(args: argparse.Namespace) -> None:
         dataset,
         args.name,
         LazyRunner(args),
-        InferOptions(work_dir=repo.root / "cache", log=_note),
+        InferOptions(work_dir=repo.work_dir, log=_note),
         files=[Path(f) for f in args.files],
         source_name=args.source,
         commit=args.commit,

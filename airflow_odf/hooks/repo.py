@@ -17,7 +17,7 @@ from airflow.sdk.log import mask_secret
 
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.store_url import StoreCredentials, join_url
+from airflow_odf.odf.store_url import StoreCredentials, join_url, open_store
 
 SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
 
@@ -61,7 +61,8 @@ class OdfRepoHook(BaseHook):
 
         S3: `aws_conn_id` names an AWS connection (login = access key id, password = secret, extras
         `endpoint_url`, `region_name`), or the keys are in this connection's extras; otherwise boto3's
-        default chain applies. HTTP: `token` (a bearer token), `timeout`, `retries`.
+        default chain applies; `spark_s3a: true` lets the Spark cluster read the bucket itself (it must
+        have hadoop-aws and credentials). HTTP: `token` (a bearer token), `timeout`, `retries`.
         """
         extra = self.get_connection(self.odf_conn_id).extra_dejson
         aws: dict[str, Any] = {}
@@ -84,6 +85,7 @@ class OdfRepoHook(BaseHook):
             bearer_token=extra.get("token"),
             http_timeout=float(extra["timeout"]) if extra.get("timeout") else None,
             http_retries=int(extra["retries"]) if extra.get("retries") is not None else None,
+            engine_scheme="s3a" if extra.get("spark_s3a") in (True, "true", "True", "1") else None,
         )
 
     def dataset_url(self, name: str) -> str:
@@ -95,13 +97,18 @@ class OdfRepoHook(BaseHook):
         return self.open_repository()
 
     def open_repository(self, *, create: bool = False) -> Repository:
+        """A `file://` repository, or one under an S3 prefix (the engine then works on local staged
+        copies, or reads the bucket itself when the extras say `"spark_s3a": true`)."""
         url = self.repository_url()
         parts = urlsplit(url)
-        if parts.scheme != "file":
+        if parts.scheme in ("http", "https"):
             raise OdfError(
-                f"connection {self.odf_conn_id!r}: {parts.scheme} repositories are reached by the sharing "
-                "operators (push / pull); tasks that write run on a file:// repository"
+                f"connection {self.odf_conn_id!r}: an HTTP repository is read-only; it can be the "
+                "remote of a pull, but tasks that write need a file:// or s3:// repository"
             )
+        if parts.scheme != "file":
+            store = open_store(url, credentials=self.store_credentials())
+            return Repository.in_store(store, url, create=create)
         root = Path(unquote(parts.path))
         if create and not _is_repository(root):
             return Repository.init(root)
@@ -111,9 +118,9 @@ class OdfRepoHook(BaseHook):
         """For the UI's "Test" button: the URL parses and, for file://, the repository opens."""
         try:
             url = self.repository_url()
-            if url.startswith("file:"):
+            if not url.startswith("http"):
                 repo = self.open_repository()
-                return True, f"ODF repository at {repo.root} with {len(repo.list())} dataset(s)"
+                return True, f"ODF repository at {repo.location} with {len(repo.list())} dataset(s)"
             return True, f"repository URL {url} is well formed"
         except Exception as e:  # the UI shows the message
             return False, str(e)

@@ -39,7 +39,7 @@ from airflow_odf.odf.engine_contract import (
 from airflow_odf.odf.engine_runner import EngineRunner
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
-from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
+from airflow_odf.odf.logical_hash import parquet_hashes, physical_hash_of_file
 from airflow_odf.odf.manifests import union_to_plain
 from airflow_odf.odf.multiformats import Multihash
 from airflow_odf.odf.prepare import prepare
@@ -317,12 +317,14 @@ def _merge_state_inputs(dataset: Dataset, state: ChainState, op_dir: Path) -> tu
 
 
 def local_object(dataset: Dataset, key: str, op_dir: Path) -> str:
-    local = dataset.store.local_path(key)
-    if local is not None:
-        return str(local)
+    """Where the engine reads an object: in place when it can (local disk, or a bucket the cluster
+    reads itself), else a copy staged in the operation's folder."""
+    direct = dataset.store.engine_uri(key)
+    if direct is not None:
+        return direct
     path = op_dir / "objects" / key.replace("/", "_")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(dataset.store.get(key))
+    dataset.store.get_file(key, path)
     return str(path)
 
 
@@ -471,9 +473,9 @@ def schema_events(state: ChainState, response: IngestResponse, alias: str, polic
 def stage_slice(written: OutputSlice) -> tuple[model.DataSlice, StagedObject]:
     """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`."""
     path = Path(written.path)
-    physical = physical_hash_of_file(path)
+    logical, physical = parquet_hashes(path)
     data_slice = model.DataSlice(
-        logical_hash=logical_hash_of_parquet(path),
+        logical_hash=logical,
         physical_hash=physical,
         offset_interval=model.OffsetInterval(start=written.offset_start, end=written.offset_end),
         size=path.stat().st_size,

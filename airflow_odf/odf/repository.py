@@ -1,26 +1,31 @@
-"""A repository: a directory of datasets with name <-> identity lookup, and applying snapshots to it.
+"""A repository: datasets with name <-> identity lookup, and applying snapshots to it.
 
-Layout: `<root>/.odf-repository` (marker), `<root>/datasets/<did:odf multibase>/` (each a dataset
-layout), `<root>/aliases/<lower-case name>` (the DID of the dataset of that name). Names follow the
+Layout, the same on a local disk and under an S3 prefix: `<root>/.odf-repository` (marker),
+`<root>/datasets/<did:odf multibase>/` (each a dataset layout), `<root>/aliases/<lower-case name>`
+(the DID of the dataset of that name). Names follow the
 spec's grammar and are case-insensitive, so nothing a user types can escape the repository.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from airflow_odf.odf import model
 from airflow_odf.odf.dataset import CommitResult, Dataset
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.multiformats import DatasetId
 from airflow_odf.odf.names import is_dataset_name
-from airflow_odf.odf.storage import ConflictError, LocalObjectStore
+from airflow_odf.odf.storage import ConflictError, LocalObjectStore, ObjectStore
+from airflow_odf.odf.store_url import open_store
 from airflow_odf.odf.timestamps import Timestamp
 
 MARKER = ".odf-repository"
@@ -50,26 +55,77 @@ def normalize_sql(sql: model.TransformSql) -> model.TransformSql:
     return dataclasses.replace(sql, query=None, queries=[model.SqlQueryStep(query=sql.query)])
 
 
-class Repository:
-    """Datasets under one local directory."""
+def _is_store_url(root: str | Path) -> bool:
+    return isinstance(root, str) and "://" in root and not root.startswith("file://")
 
-    def __init__(self, root: str | Path) -> None:
+
+def _local(root: str | Path) -> Path:
+    if isinstance(root, str) and root.startswith("file://"):
+        return Path(unquote(urlsplit(root).path))
+    return Path(root)
+
+
+class Repository:
+    """Datasets under one root: a local directory, or a prefix in an object store (e.g. S3).
+
+    A repository in an object store needs a local `work_dir` for the engine: inputs are staged there
+    (unless the engine reads the store itself) and outputs are written there before the commit moves
+    them into the store.
+    """
+
+    def __init__(
+        self, root: str | Path, *, store: ObjectStore | None = None, work_dir: Path | None = None
+    ) -> None:
         self.root = Path(root)
-        self.store = LocalObjectStore(self.root)
+        self.location = str(root)
+        self.store = store if store is not None else LocalObjectStore(self.root)
+        self._work_dir = work_dir
+
+    @property
+    def is_local(self) -> bool:
+        return isinstance(self.store, LocalObjectStore)
+
+    @property
+    def work_dir(self) -> Path:
+        """Scratch space: inside a local repository (same file system: slices move, not copy)."""
+        if self._work_dir is not None:
+            return self._work_dir
+        if self.is_local:
+            return self.root / "cache"
+        digest = hashlib.sha256(self.location.encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / "airflow-odf-work" / digest
 
     @classmethod
     def init(cls, root: str | Path) -> Repository:
-        repo = cls(root)
+        """Creates (or re-marks) a repository: a local directory, or a URL such as `s3://bucket/odf`
+        (credentials from the environment)."""
+        if _is_store_url(root):
+            return cls.in_store(open_store(str(root)), str(root), create=True)
+        repo = cls(_local(root))
         repo.root.mkdir(parents=True, exist_ok=True)
         (repo.root / MARKER).write_text("1")
         return repo
 
     @classmethod
     def open(cls, root: str | Path) -> Repository:
-        repo = cls(root)
+        if _is_store_url(root):
+            return cls.in_store(open_store(str(root)), str(root))
+        repo = cls(_local(root))
         if not (repo.root / MARKER).is_file():
             raise RepositoryError(f"{repo.root} is not an ODF repository (run `odf init` there first)")
         return repo
+
+    @classmethod
+    def in_store(
+        cls, store: ObjectStore, location: str, *, create: bool = False, work_dir: Path | None = None
+    ) -> Repository:
+        """A repository in an object store (`location` is its URL, for messages); `create` marks a new
+        one, otherwise the marker must be there."""
+        if create and not store.exists(MARKER):
+            store.put(MARKER, b"1")
+        elif not store.exists(MARKER):
+            raise RepositoryError(f"{location} is not an ODF repository (create it first)")
+        return cls(location, store=store, work_dir=work_dir)
 
     # ----- names and identities -----
 
@@ -86,7 +142,7 @@ class Repository:
         return f"aliases/{self.check_name(name).lower()}"
 
     def dataset_by_id(self, dataset_id: DatasetId) -> Dataset:
-        return Dataset(LocalObjectStore(self.root / "datasets" / str(dataset_id).removeprefix("did:odf:")))
+        return Dataset(self.store.child(f"datasets/{str(dataset_id).removeprefix('did:odf:')}"))
 
     def resolve(self, ref: str) -> DatasetId:
         """A dataset's identity from its name (any case) or `did:odf:` reference."""
@@ -96,11 +152,11 @@ class Repository:
             except OdfError as e:
                 raise RepositoryError(f"{ref!r}: {e}") from None
             if self.dataset_by_id(did).head() is None:
-                raise DatasetNotFoundError(f"no dataset {ref} in {self.root}")
+                raise DatasetNotFoundError(f"no dataset {ref} in {self.location}")
             return did
         raw = self.store.get_or_none(self._alias_key(ref))
         if raw is None:
-            raise DatasetNotFoundError(f"no dataset named {ref!r} in {self.root}")
+            raise DatasetNotFoundError(f"no dataset named {ref!r} in {self.location}")
         return DatasetId.parse(raw.decode())
 
     def dataset(self, ref: str) -> Dataset:
@@ -185,6 +241,8 @@ class Repository:
 
     def unnamed_datasets(self, min_age_seconds: float) -> list[Path]:
         """Dataset folders no name points to (left by failed creations), older than `min_age_seconds`."""
+        if not self.is_local:
+            raise RepositoryError(f"{self.location}: garbage collection runs on local repositories only")
         named = {str(did).removeprefix("did:odf:") for _, did in self.list()}
         datasets = self.root / "datasets"
         if not datasets.is_dir():

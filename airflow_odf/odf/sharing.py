@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from airflow_odf.odf import model
 from airflow_odf.odf.dataset import Dataset
@@ -100,7 +99,7 @@ def push_dataset(
     local = repo.dataset_by_id(did)
     url = url or last_remote(local, PUSH, name)
     remote = Dataset(open_store(url, credentials=credentials))
-    result = sync(local, remote, force=force, max_parallel=max_parallel, work_dir=_work_dir(repo), log=log)
+    result = sync(local, remote, force=force, max_parallel=max_parallel, work_dir=repo.work_dir, log=log)
     if remember:
         remember_remote(local, PUSH, url)
     return SharingResult(PUSH, name, did, url, result)
@@ -134,9 +133,7 @@ def pull_dataset(
         did = None
     if did is not None:
         local = repo.dataset_by_id(did)
-        result = sync(
-            remote, local, force=force, max_parallel=max_parallel, work_dir=_work_dir(repo), log=log
-        )
+        result = sync(remote, local, force=force, max_parallel=max_parallel, work_dir=repo.work_dir, log=log)
     else:
         diff = full_chain(remote)
         seed = diff.blocks[0][2].event
@@ -164,7 +161,3 @@ def _name(repo: Repository, name: str, did: DatasetId) -> None:
 def default_name(url: str) -> str:
     """`s3://bucket/repo/com.example.trades/` -> `com.example.trades`."""
     return url.rstrip("/").rsplit("/", 1)[-1]
-
-
-def _work_dir(repo: Repository) -> Path:
-    return repo.root / "cache"

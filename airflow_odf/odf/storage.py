@@ -90,6 +90,16 @@ class ObjectStore(ABC):
         """A path readers may open directly (for Spark), when the store is on the local disk."""
         return None
 
+    def engine_uri(self, key: str) -> str | None:
+        """Where an engine may read the object in place (a local path, or e.g. `s3a://` on a cluster
+        configured for it); None: the object must be staged on the local disk first."""
+        path = self.local_path(key)
+        return None if path is None else str(path)
+
+    def child(self, prefix: str) -> ObjectStore:
+        """The store of the keys under `prefix/` (a repository's datasets live in sub-stores)."""
+        raise OdfError(f"{self!r} cannot open sub-stores")
+
     def get_file(self, key: str, target: Path) -> None:
         """Copies an object to a local file, all or nothing; remote backends stream big objects."""
         data = self.get(key)
@@ -129,6 +139,9 @@ class LocalObjectStore(ObjectStore):
 
     def local_path(self, key: str) -> Path:
         return self._path(key)
+
+    def child(self, prefix: str) -> LocalObjectStore:
+        return LocalObjectStore(self._path(prefix))
 
     def get(self, key: str) -> bytes:
         try:

@@ -149,6 +149,7 @@ class S3ObjectStore(ObjectStore):
         retries: int | None = None,
         page_size: int = 1000,
         multipart_threshold: int = MULTIPART_THRESHOLD,
+        engine_scheme: str | None = None,
     ) -> None:
         if not bucket or "/" in bucket:
             raise S3StoreError(f"invalid S3 bucket name {bucket!r}")
@@ -182,6 +183,24 @@ class S3ObjectStore(ObjectStore):
         )
         self.page_size = page_size
         self.multipart_threshold = multipart_threshold
+        self.engine_scheme = engine_scheme
+
+    def child(self, prefix: str) -> S3ObjectStore:
+        return S3ObjectStore(
+            self.bucket,
+            self._key(prefix),
+            client=self.client,
+            page_size=self.page_size,
+            multipart_threshold=self.multipart_threshold,
+            engine_scheme=self.engine_scheme,
+        )
+
+    def engine_uri(self, key: str) -> str | None:
+        """`s3a://bucket/key` when the Spark cluster reads the bucket itself (`engine_scheme`); by
+        default None: local Spark gets a staged copy."""
+        return (
+            None if self.engine_scheme is None else f"{self.engine_scheme}://{self.bucket}/{self._key(key)}"
+        )
 
     @property
     def url(self) -> str:

@@ -35,6 +35,7 @@ class StoreCredentials:
     bearer_token: str | None = field(default=None, repr=False)
     http_timeout: float | None = None
     http_retries: int | None = None
+    engine_scheme: str | None = None  # e.g. "s3a": the Spark cluster reads the bucket itself
 
 
 def _scheme(url: str) -> str | None:
@@ -126,6 +127,7 @@ def _open_s3(url: str, scheme: str, creds: StoreCredentials) -> ObjectStore:
         path_style=path_style,
         timeout=creds.http_timeout,
         retries=creds.http_retries,
+        engine_scheme=creds.engine_scheme,
     )
 
 

@@ -238,7 +238,7 @@ def _resolve_input(repo: Repository, index: int, ti: model.TransformInput) -> _I
     dataset = repo.dataset_by_id(dataset_id)
     state = dataset.state()
     if state.head is None:
-        raise TransformPlanError(f"input {alias!r} ({dataset_id}) is not in the repository {repo.root}")
+        raise TransformPlanError(f"input {alias!r} ({dataset_id}) is not in the repository {repo.location}")
     return _Input(index, alias, repo.name_of(dataset), dataset_id, dataset, state)
 
 
