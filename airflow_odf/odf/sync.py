@@ -11,10 +11,12 @@ copied; of two racing writers only one moves the head.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import hashlib
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -249,12 +251,21 @@ def _run_bounded(copy: _Transfer, objects: list[_Object], max_parallel: int) -> 
     return [f.result() for f in futures]
 
 
+STALE_STAGING_SECONDS = 3600
+
+
 def _staging_dir(destination: Dataset, work_dir: Path | None) -> Path:
-    """Next to the destination when it is local (the final move is a rename), else in `work_dir`."""
+    """Next to the destination when it is local (the final move is a rename), else in `work_dir`.
+    Staging folders that a killed sync left there over an hour ago are removed on the way."""
     local = destination.store.local_path("refs")
     base = local.parent if local is not None else work_dir
     if base is not None:
         base.mkdir(parents=True, exist_ok=True)
+        now = time.time()
+        for entry in base.glob(".sync-*"):
+            with contextlib.suppress(OSError):
+                if entry.is_dir() and now - entry.stat().st_mtime > STALE_STAGING_SECONDS:
+                    shutil.rmtree(entry, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=".sync-", dir=base))
 
 

@@ -5,6 +5,8 @@ tests/sharing."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -181,3 +183,15 @@ def test_an_interrupted_transfer_resumes_without_resending(tmp_path: Path, sourc
     result = sync(source, open_dataset(tmp_path / "dst"))
     assert result.objects_skipped == arrived and result.objects_transferred == 12 - arrived
     same_dataset(tmp_path / "src", tmp_path / "dst")
+
+
+def test_staging_left_by_a_killed_sync_is_removed_later(tmp_path: Path, source: Dataset) -> None:
+    dst_root = tmp_path / "dst"
+    old, fresh = dst_root / ".sync-old", dst_root / ".sync-fresh"
+    for folder in (old, fresh):
+        folder.mkdir(parents=True)
+        (folder / "data-x").write_bytes(b"partial")
+    long_ago = time.time() - 2 * 3600
+    os.utime(old, (long_ago, long_ago))
+    sync(source, open_dataset(dst_root))
+    assert not old.exists() and fresh.exists()  # a fresh one may belong to a sync still running
