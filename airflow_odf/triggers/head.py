@@ -1,9 +1,9 @@
 """Waiting for a dataset's head to move: `OdfHeadTrigger` (a deferred `OdfHeadChangedSensor`) and
 `OdfHeadEventTrigger` (an `AssetWatcher`, so a DAG runs on every update of a dataset).
 
-Both read `refs/head` through the repository of an `odf_repo` connection; a dataset that does not
-exist yet simply has no head. The head "moved" when it differs from the known one (with no known
-head: when there is any head at all).
+Both read `refs/head` through the repository of an `odf_repo` connection (local, S3, or a remote
+served over HTTP); a dataset that does not exist yet simply has no head. The head "moved" when it
+differs from the known one (with no known head: when there is any head at all).
 """
 
 from __future__ import annotations
@@ -13,11 +13,14 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_odf.hooks.repo import OdfRepoHook
+from airflow_odf.odf.dataset import Dataset
 from airflow_odf.odf.repository import DatasetNotFoundError
+from airflow_odf.odf.store_url import open_store
 from airflow_odf.triggers.base import OdfPollingTrigger
 
 #: Where `OdfHeadEventTrigger` keeps the last head it reported (Airflow 3.3 asset state store).
@@ -33,8 +36,16 @@ class HeadReading:
 
 
 def read_head(odf_conn_id: str, dataset: str) -> HeadReading:
-    """The current head of `dataset` in the repository of `odf_conn_id` (blocking I/O)."""
-    repo = OdfRepoHook(odf_conn_id).open_repository()
+    """The current head of `dataset` in the repository of `odf_conn_id` (blocking I/O).
+
+    An HTTP(S) connection is a remote served by the Simple Transfer Protocol (e.g. `odf serve`): its
+    `<url>/<dataset>/refs/head` is read, and the dataset id is not known (None)."""
+    hook = OdfRepoHook(odf_conn_id)
+    if urlsplit(hook.repository_url()).scheme in ("http", "https"):
+        remote = Dataset(open_store(hook.dataset_url(dataset), credentials=hook.store_credentials()))
+        head = remote.head()
+        return HeadReading(None, None if head is None else str(head))
+    repo = hook.open_repository()
     try:
         did = repo.resolve(dataset)
     except DatasetNotFoundError:
