@@ -8,6 +8,9 @@ an encoding of the column's type and fed every value in record order. It is wrap
 Column streams are built with numpy / Arrow kernels and fed to the hashers in large pieces; no value is
 visited by a Python loop. Memory use is bounded per batch (large batches are hashed in row chunks).
 
+A Parquet file is hashed from one memory mapping, column by column in a thread pool, the physical hash
+alongside: every column has a hasher of its own, and SHA3 and Parquet decoding release the GIL.
+
 Null handling follows the reference bit for bit, including the quirks of `maybe_combine_null_buffers`
 for struct columns (§D.5). "Has a validity buffer" is taken as "has at least one null", as it is in
 arrow-rs, whose `ArrayData` drops validity buffers without nulls; so pyarrow's physical buffers never
@@ -21,6 +24,7 @@ import hashlib
 import os
 import struct
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -34,6 +38,7 @@ __all__ = [
     "RecordDigest",
     "logical_hash_of_parquet",
     "logical_hash_of_table",
+    "parquet_hashes",
     "physical_hash_of_file",
 ]
 
@@ -256,7 +261,7 @@ def _prefixed(
         nulls = ~valid
         idx[nulls, 0] = 2 * n
         idx[nulls, 1] = 2 * n + 1
-    res = values.take(pa.array(idx.reshape(-1)))
+    res = values.take(pa.Int64Array.from_buffers(pa.int64(), 2 * n, [None, pa.py_buffer(idx)]))
     bufs = res.buffers()
     total = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=(res.offset + 2 * n) * 8)[0])
     start = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=res.offset * 8)[0])
@@ -384,7 +389,18 @@ class RecordDigest:
         self._leaves = leaves
         self._columns = [hashlib.sha3_256(type_bytes) for _, type_bytes in leaves]
         self._layout = (top_bytes, leaves)
-        self.bytes_hashed = 0
+        self._hashed = [0] * len(leaves)  # per leaf, so that columns can be fed from several threads
+        self._first_leaf: list[int] = []  # per top-level column, the index of its first leaf
+        leaf = 0
+        for _, _, level, t in _walk_fields(schema, 0, ""):
+            if level == 0:
+                self._first_leaf.append(leaf)
+            if not _pt.is_struct(t):
+                leaf += 1
+
+    @property
+    def bytes_hashed(self) -> int:
+        return sum(self._hashed)
 
     def update(self, batch: pa.RecordBatch | pa.Table) -> None:
         if isinstance(batch, pa.Table):
@@ -398,6 +414,11 @@ class RecordDigest:
                 f"batch schema does not match the digest's schema:\n{batch.schema}\nexpected:\n{self.schema}"
             )
         self._walk(list(batch.columns), batch.schema.names, None, "", 0)
+
+    def _update_column(self, index: int, array: pa.Array) -> None:
+        """Feeds top-level column `index` only, which touches only its own hashers: different columns can
+        be fed from different threads. `array` must have the schema's type for that column."""
+        self._walk([array], [self.schema.names[index]], None, "", self._first_leaf[index])
 
     def _walk(
         self, arrays: list[pa.Array], names: list[str], parent: np.ndarray | None, prefix: str, leaf: int
@@ -431,14 +452,14 @@ class RecordDigest:
             if len(arr):
                 raw = _fixed_raw(arr, width)
                 hasher.update(raw)
-                self.bytes_hashed += raw.nbytes
+                self._hashed[index] += raw.nbytes
             return
         try:
             for start, end in _chunk_ranges(arr):
                 piece = arr.slice(start, end - start)
                 stream, _ = _encode(piece, None if valid is None else valid[start:end], False)
                 hasher.update(stream)
-                self.bytes_hashed += memoryview(stream).nbytes
+                self._hashed[index] += memoryview(stream).nbytes
         except OdfFormatError as e:
             raise OdfFormatError(f"column {path!r}: {e}") from e
 
@@ -458,15 +479,50 @@ def logical_hash_of_table(table: pa.Table | pa.RecordBatch) -> Multihash:
 
 
 def logical_hash_of_parquet(path: str | os.PathLike[str]) -> Multihash:
-    """`arrow0-sha3-256` logical hash of a parquet file, read in batches of 10,000 rows as kamu does."""
-    pf = pq.ParquetFile(os.fspath(path))
-    try:
-        digest = RecordDigest(pf.schema_arrow)
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_SIZE):
-            digest.update(batch)
-    finally:
-        pf.close()
-    return Multihash(ARROW0_SHA3_256, digest.finalize())
+    """`arrow0-sha3-256` logical hash of a parquet file: the digest of its rows read in batches of 10,000
+    as kamu does (the batching matters only to struct columns, which are hashed in those batches)."""
+    return parquet_hashes(path)[0]
+
+
+def parquet_hashes(path: str | os.PathLike[str]) -> tuple[Multihash, Multihash]:
+    """(logical hash, physical hash) of a parquet file, from one memory mapping of it, with the columns
+    and the file's bytes hashed in parallel."""
+    with pa.memory_map(os.fspath(path)) as source:
+        data = source.read_buffer()  # zero-copy: the file's pages, shared by every reader below
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        digest = RecordDigest(parquet.schema_arrow)
+        names = digest.schema.names
+        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            physical = pool.submit(_sha3, data)
+            if len(set(names)) < len(names):  # columns are read by name: one reader for all of them
+                for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_SIZE):
+                    digest.update(batch)
+            else:
+                # variable-width columns first, as they cost the most (decoded, then encoded value by
+                # value), so that no long task starts last
+                types = digest.schema.types
+                order = sorted(range(len(names)), key=lambda i: _fixed_width(_unwrap(types[i])) is not None)
+                tasks = [pool.submit(_hash_parquet_column, digest, data, parquet.metadata, i) for i in order]
+                for task in tasks:
+                    task.result()
+            return Multihash(ARROW0_SHA3_256, digest.finalize()), Multihash(SHA3_256, physical.result())
+
+
+def _sha3(data: pa.Buffer) -> bytes:
+    return hashlib.sha3_256(memoryview(data)).digest()
+
+
+def _hash_parquet_column(
+    digest: RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int
+) -> None:
+    """Feeds one column of the file to its hashers in record order, with a reader of its own. A struct
+    column is read in the reference's batches of 10,000 rows (its digest depends on them, §D.5); any
+    other column in larger ones (fewer pieces, the same digest)."""
+    parquet = pq.ParquetFile(pa.BufferReader(data), metadata=metadata)
+    field = digest.schema.field(index)
+    rows = PARQUET_BATCH_SIZE if _pt.is_struct(_unwrap(field.type)) else _CHUNK_ROWS
+    for batch in parquet.iter_batches(rows, columns=[field.name], use_threads=False):
+        digest._update_column(index, batch.column(0))
 
 
 def physical_hash_of_file(path: str | os.PathLike[str]) -> Multihash:

@@ -26,6 +26,7 @@ from airflow_odf.odf.logical_hash import (
     RecordDigest,
     logical_hash_of_parquet,
     logical_hash_of_table,
+    parquet_hashes,
     physical_hash_of_file,
 )
 from airflow_odf.odf.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
@@ -680,6 +681,71 @@ def test_parquet_without_rows(tmp_path: Path) -> None:
     pq.write_table(table, path)
     assert logical_hash_of_parquet(path) == logical_hash_of_table(table)
     assert logical_hash_of_parquet(path).digest == RecordDigest(table.schema).finalize()
+
+
+def kamu_read(path: Path) -> list[pa.RecordBatch]:
+    """The file's rows as the reference reads them: batches of `PARQUET_BATCH_SIZE`, across row groups."""
+    return list(pq.ParquetFile(path).iter_batches(batch_size=lh.PARQUET_BATCH_SIZE))
+
+
+def test_parquet_hashes_equal_a_sequential_read(tmp_path: Path) -> None:
+    """Columns hashed in parallel, a row group at a time (structs in the reference's batches), give the
+    digest of the sequential read, and the physical hash is the file's."""
+    n = 35_000
+    rng = np.random.default_rng(7)
+    table = odf_table(n)
+    # nulls at both levels of a struct, the outer ones in the first batch only: the digest depends on
+    # the batches (§D.5)
+    outer_nulls = np.zeros(n, dtype=bool)
+    outer_nulls[rng.choice(10_000, 50, replace=False)] = True
+    inner = pa.StructArray.from_arrays(
+        [pa.array(rng.integers(0, 9, n), pa.int8(), mask=rng.random(n) < 0.2), pa.array(rng.random(n))],
+        names=["x", "y"],
+        mask=pa.array(rng.random(n) < 0.1),
+    )
+    rec = pa.StructArray.from_arrays(
+        [inner, pa.array(rng.random(n) < 0.5, mask=rng.random(n) < 0.3)],
+        names=["inner", "z"],
+        mask=pa.array(outer_nulls),
+    )
+    table = table.append_column("rec", rec)
+    table = table.append_column("blob", pa.array([bytes([k % 251]) * 3 for k in range(n)], pa.binary(3)))
+    table = table.append_column("day", pa.array(np.arange(n, dtype=np.int32), pa.date32()))
+    path = tmp_path / "data.parquet"
+    pq.write_table(table, path, row_group_size=7_000)
+
+    logical, physical = parquet_hashes(path)
+    expected = ref_digest(table.schema, kamu_read(path))
+    assert logical == Multihash(ARROW0_SHA3_256, expected)
+    assert logical_hash_of_parquet(path) == logical
+    assert physical == physical_hash_of_file(path)
+    assert expected != digest(table.combine_chunks()), "the struct column should depend on the batches"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    table=tables(with_structs=True),
+    row_group=st.integers(min_value=1, max_value=50),
+    batch=st.integers(min_value=1, max_value=20),
+)
+def test_parquet_hashes_equal_the_literal_reference(
+    tmp_path: Path, table: pa.Table, row_group: int, batch: int
+) -> None:
+    path = tmp_path / "data.parquet"
+    pq.write_table(table, path, row_group_size=row_group)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(lh, "PARQUET_BATCH_SIZE", batch)
+        logical, physical = parquet_hashes(path)
+        assert logical.digest == ref_digest(table.schema, kamu_read(path))
+    assert physical == physical_hash_of_file(path)
+
+
+def test_parquet_hashes_with_duplicate_column_names(tmp_path: Path) -> None:
+    columns = [pa.array([1, None, 3]), pa.array(["a", "b", None]), pa.array([0.5, 1.5, None])]
+    table = pa.Table.from_arrays(columns, names=["a", "b", "a"])
+    path = tmp_path / "dup.parquet"
+    pq.write_table(table, path)
+    assert parquet_hashes(path) == (logical_hash_of_table(table), physical_hash_of_file(path))
 
 
 def test_physical_hash(tmp_path: Path) -> None:
