@@ -167,23 +167,29 @@ class LocalObjectStore(ObjectStore):
         self._write_atomic(self._path(key), data)
 
     def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
-        """Writes every file first, then fsyncs them together (the file system batches concurrent
-        fsyncs into few journal commits), then renames them into place: one fsync per block in a row
-        would cost a journal commit each."""
+        """Writes and fsyncs the files concurrently (the file system batches concurrent fsyncs into few
+        journal commits), then renames them into place: one file after another would cost a journal
+        commit each."""
         staged: list[tuple[str, Path]] = []
+        for directory in {self._path(key).parent for key, _ in items}:
+            directory.mkdir(parents=True, exist_ok=True)
+
+        def write(item: tuple[str, bytes]) -> tuple[str, Path]:
+            path = self._path(item[0])
+            fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
+            staged.append((tmp, path))
+            with os.fdopen(fd, "wb") as f:
+                f.write(item[1])
+                f.flush()
+                os.fsync(f.fileno())
+            return tmp, path
+
         try:
-            for key, data in items:
-                path = self._path(key)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-                staged.append((tmp, path))
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
             with ThreadPoolExecutor(max_workers=_PARALLEL_FSYNCS) as pool:
-                list(pool.map(_fsync_path, [tmp for tmp, _ in staged]))
-            for tmp, path in staged:
+                done = list(pool.map(write, items))
+            for tmp, path in done:
                 os.replace(tmp, path)
-            for directory in {path.parent for _, path in staged}:
+            for directory in {path.parent for _, path in done}:
                 _fsync_path(str(directory))
         except BaseException:
             for tmp, _ in staged:
