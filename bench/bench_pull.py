@@ -8,7 +8,8 @@ the watermark. Timed, interleaved B A B A ... after a warm-up of each (page cach
 - (A) `pull_dataset` from `file://` into a fresh repository: every block re-hashed, decoded and
   validated, every object hashed and sized against its block, objects copied in parallel, blocks,
   then the head by compare-and-swap; every object is fsync'ed by the store;
-- (B) `cp -r` of the dataset's folder (no verification, no fsync).
+- (B) `cp -r` of the dataset's folder (no verification, no fsync), the target's baseline;
+- (B') `cp -r` then `sync -f`: the same copy made durable, as the pull's fsyncs make it.
 - (C) the same pull from `odf serve` (HTTP on 127.0.0.1), as MB/s of object bytes.
 
 Run: `.venv/bin/python bench/bench_pull.py [--files 50] [--file-mb 10] [--blocks 1000] [--repeat 3]`.
@@ -84,6 +85,7 @@ def build(root: Path, blocks: int, files: int, file_mb: int) -> Path:
 def timed_pull(url: str, target: Path) -> float:
     shutil.rmtree(target, ignore_errors=True)
     repo = Repository.init(target)
+    subprocess.run(["sync"], check=True)
     t0 = time.perf_counter()
     result = pull_dataset(repo, url, name=NAME, remember=False)
     elapsed = time.perf_counter() - t0
@@ -91,10 +93,14 @@ def timed_pull(url: str, target: Path) -> float:
     return elapsed
 
 
-def timed_cp(folder: Path, target: Path) -> float:
+def timed_cp(folder: Path, target: Path, *, durable: bool = False) -> float:
+    """`cp -r`; `durable`: then `sync -f` (flush the file system), as the pull's fsyncs do."""
     shutil.rmtree(target, ignore_errors=True)
+    subprocess.run(["sync"], check=True)  # every run starts with nothing dirty
     t0 = time.perf_counter()
     subprocess.run(["cp", "-r", str(folder), str(target)], check=True)
+    if durable:
+        subprocess.run(["sync", "-f", str(target)], check=True)
     return time.perf_counter() - t0
 
 
@@ -119,18 +125,22 @@ def main() -> None:
         url = folder.as_uri()
         timed_cp(folder, base / "cp")  # warm-up: both read the source through the page cache
         timed_pull(url, base / "pull")
-        pairs = []
+        runs = []
         for _ in range(args.repeat):
             b = timed_cp(folder, base / "cp")
             a = timed_pull(url, base / "pull")
-            pairs.append((a, b))
-            print(f"  pull {a:.2f} s   cp -r {b:.2f} s   ratio {a / b:.2f}")
-        ratios = [a / b for a, b in pairs]
+            d = timed_cp(folder, base / "cp", durable=True)
+            runs.append((a, b, d))
+            print(f"  pull {a:.2f} s   cp -r {b:.2f} s ({a / b:.2f})   cp -r + sync {d:.2f} s ({a / d:.2f})")
+        med = statistics.median
+        ratios = [a / b for a, b, _ in runs]
+        durable = [a / d for a, _, d in runs]
         print(
-            f"file -> file: pull median {statistics.median(a for a, _ in pairs):.2f} s, cp -r median "
-            f"{statistics.median(b for _, b in pairs):.2f} s, "
-            f"paired ratio median {statistics.median(ratios):.2f} "
-            f"(range {min(ratios):.2f}-{max(ratios):.2f}; target <= 1.5); load {os.getloadavg()}"
+            f"file -> file: pull median {med(a for a, _, _ in runs):.2f} s; cp -r median "
+            f"{med(b for _, b, _ in runs):.2f} s, paired ratio median {med(ratios):.2f} "
+            f"(range {min(ratios):.2f}-{max(ratios):.2f}; target <= 1.5); cp -r + sync median "
+            f"{med(d for _, _, d in runs):.2f} s, paired ratio median {med(durable):.2f}; "
+            f"load {os.getloadavg()}"
         )
         server = RepositoryServer(Repository.open(base / "src"))
         server.start_in_thread()

@@ -336,3 +336,22 @@ def test_serve_answers_the_protocol_and_nothing_else(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_tampered_objects_served_over_http_are_rejected(tmp_path: Path) -> None:
+    a = make_repo(tmp_path / "a", tmp_path)
+    event = next(a.dataset(NAME).iter_blocks())[1].event
+    victim = folder(a) / "checkpoints" / str(event.new_checkpoint.physical_hash)
+    victim.write_bytes(b"forged " + victim.read_bytes())
+    server = RepositoryServer(a)
+    server.start_in_thread()
+    try:
+        b = Repository.init(tmp_path / "b")
+        with pytest.raises(
+            TamperedObjectError, match=f"checkpoints/{event.new_checkpoint.physical_hash} has"
+        ):
+            pull_dataset(b, f"{server.url}/{NAME}")
+        assert b.list() == [] and files(folder_of(b), "blocks") == {}
+    finally:
+        server.shutdown()
+        server.server_close()
