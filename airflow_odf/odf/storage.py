@@ -63,8 +63,12 @@ class ObjectStore(ABC):
     def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
         """Stores a local file's content under `key` (moving it when allowed and possible)."""
 
-    @abstractmethod
-    def exists(self, key: str) -> bool: ...
+    def exists(self, key: str) -> bool:
+        try:
+            self.size(key)
+        except ObjectNotFoundError:
+            return False
+        return True
 
     @abstractmethod
     def size(self, key: str) -> int: ...
@@ -150,18 +154,8 @@ class LocalObjectStore(ObjectStore):
             raise ObjectNotFoundError(f"{key} not found in {self.root}") from None
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        with writing_atomically(path) as f:
+            f.write(data)
 
     def put(self, key: str, data: bytes) -> None:
         self._write_atomic(self._path(key), data)

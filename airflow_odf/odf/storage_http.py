@@ -168,13 +168,6 @@ class HttpObjectStore(ObjectStore):
                 raise
         return self._request("GET", key, lambda r: len(_read_all(r)))
 
-    def exists(self, key: str) -> bool:
-        try:
-            self._head(key)
-        except ObjectNotFoundError:
-            return False
-        return True
-
     def size(self, key: str) -> int:
         length = self._head(key)
         if length is None:  # HEAD without Content-Length (e.g. chunked): count the body

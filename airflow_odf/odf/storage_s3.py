@@ -13,6 +13,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,48 +57,31 @@ def _botocore_errors() -> tuple[type[Exception], type[Exception]]:
     return ClientError, BotoCoreError
 
 
-def make_s3_client(
-    *,
-    endpoint_url: str | None = None,
-    region: str | None = None,
-    aws_access_key_id: str | None = None,
-    aws_secret_access_key: str | None = None,
-    aws_session_token: str | None = None,
-    path_style: bool | None = None,
-    timeout: float | None = None,
-    retries: int | None = None,
-) -> Any:
+@dataclass(frozen=True)
+class S3ClientSettings:
+    """How to build a client; None = boto3's default chain and environment. Hashable: the cache key."""
+
+    endpoint_url: str | None = None
+    region: str | None = None
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    aws_session_token: str | None = field(default=None, repr=False)
+    path_style: bool | None = None
+    timeout: float | None = None
+    retries: int | None = None
+
+
+def make_s3_client(settings: S3ClientSettings) -> Any:
     """A boto3 S3 client; settings left None come from the default credential chain and environment
     (including `AWS_ENDPOINT_URL` / `AWS_ENDPOINT_URL_S3`). Clients are thread-safe but costly to
     build (the service model is parsed per session), so one is shared per distinct set of settings
     and `AWS_*` environment."""
     aws_env = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    return _cached_s3_client(
-        aws_env,
-        endpoint_url=endpoint_url,
-        region=region,
-        aws_access_key_id=aws_access_key_id,
-        aws_secret_access_key=aws_secret_access_key,
-        aws_session_token=aws_session_token,
-        path_style=path_style,
-        timeout=timeout,
-        retries=retries,
-    )
+    return _cached_s3_client(aws_env, settings)
 
 
 @functools.lru_cache(maxsize=32)
-def _cached_s3_client(
-    aws_env: tuple[tuple[str, str], ...],
-    *,
-    endpoint_url: str | None,
-    region: str | None,
-    aws_access_key_id: str | None,
-    aws_secret_access_key: str | None,
-    aws_session_token: str | None,
-    path_style: bool | None,
-    timeout: float | None,
-    retries: int | None,
-) -> Any:
+def _cached_s3_client(aws_env: tuple[tuple[str, str], ...], settings: S3ClientSettings) -> Any:
     """`make_s3_client`'s work; `aws_env` is only part of the cache key (boto3 reads it itself)."""
     try:
         import boto3
@@ -106,8 +90,9 @@ def _cached_s3_client(
         raise S3StoreError(
             "s3:// stores need boto3: install it with `pip install boto3` (or the provider's test extra)"
         ) from e
+    path_style = settings.path_style
     if path_style is None:
-        path_style = endpoint_url is not None  # MinIO-style stores rarely resolve bucket subdomains
+        path_style = settings.endpoint_url is not None  # MinIO-style stores rarely resolve bucket subdomains
     options: dict[str, Any] = {
         # Only the checksums S3 requires: newer default checksums break many S3-compatible stores.
         "request_checksum_calculation": "when_required",
@@ -116,18 +101,18 @@ def _cached_s3_client(
     }
     if path_style:
         options["s3"] = {"addressing_style": "path"}
-    if timeout is not None:
-        options["connect_timeout"] = timeout
-        options["read_timeout"] = timeout
-    if retries is not None:
-        options["retries"] = {"mode": "standard", "total_max_attempts": retries + 1}
+    if settings.timeout is not None:
+        options["connect_timeout"] = settings.timeout
+        options["read_timeout"] = settings.timeout
+    if settings.retries is not None:
+        options["retries"] = {"mode": "standard", "total_max_attempts": settings.retries + 1}
     session = boto3.session.Session(
-        aws_access_key_id=aws_access_key_id,
-        aws_secret_access_key=aws_secret_access_key,
-        aws_session_token=aws_session_token,
-        region_name=region,
+        aws_access_key_id=settings.aws_access_key_id,
+        aws_secret_access_key=settings.aws_secret_access_key,
+        aws_session_token=settings.aws_session_token,
+        region_name=settings.region,
     )
-    return session.client("s3", endpoint_url=endpoint_url, config=Config(**options))
+    return session.client("s3", endpoint_url=settings.endpoint_url, config=Config(**options))
 
 
 class S3ObjectStore(ObjectStore):
@@ -155,32 +140,17 @@ class S3ObjectStore(ObjectStore):
             raise S3StoreError(f"invalid S3 bucket name {bucket!r}")
         if page_size < 1:
             raise ValueError(f"page_size must be positive, got {page_size}")
-        settings = (
-            endpoint_url,
-            region,
-            aws_access_key_id,
-            aws_secret_access_key,
-            aws_session_token,
-            path_style,
-            timeout,
-            retries,
-        )
-        if client is not None and any(s is not None for s in settings):
+        settings = S3ClientSettings(
+            endpoint_url, region, aws_access_key_id, aws_secret_access_key, aws_session_token,
+            path_style, timeout, retries,
+        )  # fmt: skip
+        if client is not None and settings != S3ClientSettings():
             raise ValueError("pass either a ready S3 client or connection settings, not both")
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         if self.prefix:
             check_key(self.prefix)
-        self.client = client or make_s3_client(
-            endpoint_url=endpoint_url,
-            region=region,
-            aws_access_key_id=aws_access_key_id,
-            aws_secret_access_key=aws_secret_access_key,
-            aws_session_token=aws_session_token,
-            path_style=path_style,
-            timeout=timeout,
-            retries=retries,
-        )
+        self.client = client or make_s3_client(settings)
         self.page_size = page_size
         self.multipart_threshold = multipart_threshold
         self.engine_scheme = engine_scheme
@@ -311,13 +281,6 @@ class S3ObjectStore(ObjectStore):
 
     def _head(self, key: str) -> dict[str, Any]:
         return self._call("HEAD", key, self.client.head_object, Bucket=self.bucket, Key=self._key(key))
-
-    def exists(self, key: str) -> bool:
-        try:
-            self._head(key)
-        except ObjectNotFoundError:
-            return False
-        return True
 
     def size(self, key: str) -> int:
         return int(self._head(key)["ContentLength"])
