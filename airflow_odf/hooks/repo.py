@@ -62,9 +62,11 @@ class OdfRepoHook(BaseHook):
         S3: `aws_conn_id` names an AWS connection (login = access key id, password = secret, extras
         `endpoint_url`, `region_name`), or the keys are in this connection's extras; otherwise boto3's
         default chain applies; `spark_s3a: true` lets the Spark cluster read the bucket itself (it must
-        have hadoop-aws and credentials). HTTP: `token` (a bearer token), `timeout`, `retries`.
+        have hadoop-aws and credentials). HTTP: `token` or the password field (a bearer token),
+        `timeout`, `retries`.
         """
-        extra = self.get_connection(self.odf_conn_id).extra_dejson
+        own = self.get_connection(self.odf_conn_id)
+        extra = own.extra_dejson
         aws: dict[str, Any] = {}
         if extra.get("aws_conn_id"):
             conn = self.get_connection(extra["aws_conn_id"])
@@ -82,7 +84,7 @@ class OdfRepoHook(BaseHook):
             aws_session_token=aws.get("aws_session_token"),
             region=extra.get("region_name") or aws.get("region_name"),
             endpoint_url=extra.get("endpoint_url") or aws.get("endpoint_url"),
-            bearer_token=extra.get("token"),
+            bearer_token=extra.get("token") or own.password or None,
             http_timeout=float(extra["timeout"]) if extra.get("timeout") else None,
             http_retries=int(extra["retries"]) if extra.get("retries") is not None else None,
             engine_scheme="s3a" if extra.get("spark_s3a") in (True, "true", "True", "1") else None,

@@ -102,22 +102,21 @@ def test_uri_style_file_and_odf_repo_connections(tmp_path: Path, monkeypatch: py
 @pytest.mark.parametrize(
     "host, extra",
     [
-        ("s3://bucket/prefix", {"aws_conn_id": "aws_default", "endpoint_url": "http://127.0.0.1:9000"}),
         ("https://repo.example.com/odf", {"token": "an-http-bearer-token"}),
         ("http://127.0.0.1:8080/odf", {}),
     ],
 )
-def test_remote_urls_parse_but_do_not_open_as_a_writable_repository(
+def test_http_urls_parse_but_do_not_open_as_a_writable_repository(
     monkeypatch: pytest.MonkeyPatch, host: str, extra: dict[str, str]
 ) -> None:
     _json_conn(monkeypatch, "odf_remote", host=host, extra=extra)
     hook = OdfRepoHook("odf_remote")
     assert hook.repository_url() == host
-    scheme = host.split(":")[0]
-    with pytest.raises(OdfError, match=f"'odf_remote': {scheme} repositories are reached by the sharing"):
+    with pytest.raises(OdfError, match="'odf_remote': an HTTP repository is read-only"):
         hook.open_repository()
     ok, message = hook.test_connection()
     assert ok and host in message
+    assert hook.store_credentials().bearer_token == extra.get("token")
 
 
 @pytest.mark.parametrize(

@@ -174,3 +174,35 @@ def test_a_cluster_with_s3a_reads_objects_in_place(
         repo.dataset_by_id(DID).store.engine_uri("data/y")
         == f"s3a://{s3_bucket}/odf/datasets/{str(DID)[8:]}/data/y"
     )
+
+
+def test_an_odf_repo_connection_to_s3(
+    monkeypatch: pytest.MonkeyPatch, moto_endpoint: str, s3_bucket: str
+) -> None:
+    """Keys from an AWS connection (`aws_conn_id`), endpoint and region from the extras; the hook
+    opens (and creates) the repository in the bucket, and its test button says so."""
+    from airflow_odf.hooks.repo import OdfRepoHook
+
+    aws = {"conn_type": "aws", "login": "testing-access-key", "password": "testing-secret-key"}
+    monkeypatch.setenv("AIRFLOW_CONN_MY_AWS", json.dumps(aws))
+    extra = {
+        "aws_conn_id": "my_aws",
+        "endpoint_url": moto_endpoint,
+        "region_name": "us-east-1",
+        "spark_s3a": "true",
+    }
+    conn = {"conn_type": "odf_repo", "host": f"s3://{s3_bucket}/odf", "extra": extra}
+    monkeypatch.setenv("AIRFLOW_CONN_ODF_LAKE", json.dumps(conn))
+    hook = OdfRepoHook("odf_lake")
+    creds = hook.store_credentials()
+    assert (creds.aws_access_key_id, creds.aws_secret_access_key) == (
+        "testing-access-key",
+        "testing-secret-key",
+    )
+    assert creds.endpoint_url == moto_endpoint and creds.engine_scheme == "s3a"
+    assert "testing-secret-key" not in repr(creds)
+    repo = hook.open_repository(create=True)
+    assert not repo.is_local and repo.location == f"s3://{s3_bucket}/odf"
+    ok, message = hook.test_connection()
+    assert ok and "0 dataset(s)" in message
+    assert hook.dataset_url("com.acme.orders") == f"s3://{s3_bucket}/odf/com.acme.orders"
