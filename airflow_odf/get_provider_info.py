@@ -77,6 +77,7 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_odf.operators.transform",
                     "airflow_odf.operators.schema",
                     "airflow_odf.operators.verify",
+                    "airflow_odf.operators.sharing",
                 ],
             }
         ],
@@ -93,6 +94,7 @@ def get_provider_info() -> dict[str, Any]:
             }
         ],
         "notifications": ["airflow_odf.notifications.schema_violation.OdfSchemaViolationNotifier"],
+        "extra-links": ["airflow_odf.links.OdfDatasetLink"],
         "asset-uris": [
             {
                 "schemes": ["odf"],
@@ -119,6 +121,14 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "additive",
                         "default": "strict",
+                    },
+                    "dataset_url_template": {
+                        "description": 'URL of the "ODF dataset" extra link of ODF tasks, formatted with '
+                        "{dataset_name}, {dataset_id} and {head} (the head after the task); empty: no link.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "http://127.0.0.1:8080/{dataset_name}/blocks/{head}",
+                        "default": "",
                     },
                 },
             }

@@ -181,6 +181,8 @@ def _prepare(work: Path) -> dict[str, Path]:
             "ODF_BENCH_REQUEST": str(work / "request.json"),
             "ODF_BENCH_ARCHIVE": str(package_archive(work / "py-files")),
             "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
+            # the Spark provider runs `spark-submit` from PATH: the one of this environment's PySpark
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
     )
     return {"dags": dags, "repo": repo}

@@ -42,8 +42,8 @@ def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             f"{paths}: the sample holds no records and the source declares no read schema; "
             "nothing to infer the schema from",
         )
-    # as the first ingest: no previous state, no dataset schema
-    output = job.ingest_output(new, None, request, vocab, system_time=_EPOCH, next_offset=0)
+    # as the first ingest: no previous state, no dataset schema; gathered (no partition count planned)
+    output = job.ingest_output(new, None, request, vocab, system_time=_EPOCH, next_offset=0, gather=True)
     schema = spark_to_arrow(output.schema)
     return {
         "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),

@@ -12,7 +12,7 @@ import base64
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,13 +26,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
-from airflow_odf.engine.infer_job import infer
-from airflow_odf.engine.merge import ROW_COLUMN, load_state, merge, next_state, write_state
+from airflow_odf.engine.merge import ROW_COLUMN, keeps_state, load_state, merge, next_state, write_state
 from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
 from airflow_odf.engine.readers import BAD_RECORD_MARK, LINE_FORMATS, read_input
 from airflow_odf.engine.session import get_session
 from airflow_odf.engine.spark_types import spark_to_arrow
-from airflow_odf.engine.transform_job import transform
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
     Vocabulary,
@@ -45,6 +43,10 @@ from airflow_odf.engine.writer import (
 CONTRACT_VERSION = 1
 _FILE_COLUMN = "__odf_input_file"
 _POSITION_BITS = 44  # row positions below 2**44: up to 2,048 Spark partitions per input
+# Inputs up to this size (with no merge state joined in) are read in one task, together with their sort:
+# a parallel read would save less than the shuffle (and planning) that gathers them into one partition.
+_GATHER_BYTES = 16 * 1024 * 1024
+_Handler = Callable[[SparkSession, dict[str, Any]], dict[str, Any]]
 
 
 def engine_info() -> dict[str, str]:
@@ -52,14 +54,14 @@ def engine_info() -> dict[str, str]:
 
 
 def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    """Executes an ingest or transform request (`kind`); returns the response, `error` set on bad input."""
-    handler = {"transform": transform, "infer": infer}.get(request.get("kind"), _ingest)
+    """Executes an ingest, transform or infer request (`kind`); returns the response, `error` set on
+    bad input."""
     try:
         if request.get("version") != CONTRACT_VERSION:
             raise EngineInputError(
                 "contract", f"request version {request.get('version')!r}, expected {CONTRACT_VERSION}"
             )
-        response = handler(spark, request)
+        response = _handler(request.get("kind"))(spark, request)
     except EngineInputError as e:
         response = {"error": {"kind": e.kind, "message": e.message}}
     except (PySparkException, Py4JJavaError) as e:
@@ -69,6 +71,20 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     finally:
         spark.catalog.clearCache()  # the job's cached frames (read input, sorted output)
     return {"version": CONTRACT_VERSION, "engine": engine_info(), **response}
+
+
+def _handler(kind: str | None) -> _Handler:
+    """The handler of a request kind. Transform and infer are imported only for their kinds: a job
+    compiles its modules from the `--py-files` zip at every start, and an ingest needs neither."""
+    if kind == "transform":
+        from airflow_odf.engine.transform_job import transform
+
+        return transform
+    if kind == "infer":
+        from airflow_odf.engine.infer_job import infer
+
+        return infer
+    return _ingest
 
 
 def _locate_bad_records(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any] | None:
@@ -174,9 +190,12 @@ def _with_event_time(df: DataFrame, vocab: Vocabulary, dataset_schema: pa.Schema
     return df.withColumn(vocab.event_time, F.lit(None).cast(et_type))
 
 
-def _num_partitions(spark: SparkSession, request: dict[str, Any]) -> int:
+def _input_bytes(request: dict[str, Any]) -> int:
+    return sum(os.path.getsize(i["path"]) for i in request["inputs"] if os.path.isfile(i["path"]))
+
+
+def _num_partitions(spark: SparkSession, request: dict[str, Any], size: int) -> int:
     """One sorted partition (and so at least one slice) per `target_slice_bytes` of input."""
-    size = sum(os.path.getsize(i["path"]) for i in request["inputs"] if os.path.isfile(i["path"]))
     target = max(1, request.get("target_slice_bytes") or 1024 * 1024 * 1024)
     return max(1, min(-(-size // target), 4 * spark.sparkContext.defaultParallelism))
 
@@ -190,9 +209,13 @@ def ingest_output(
     system_time: datetime,
     next_offset: int,
     num_partitions: int = 1,
+    gather: bool = False,
 ) -> DataFrame:
     """The ingest's output as it will be written: validated, event time set, merged against `state`
-    (None: the first ingest), data columns in input order, system columns added. Shared with `infer`."""
+    (None: the first ingest), data columns in input order, system columns added. Shared with `infer`.
+
+    `gather`: see `with_system_columns` (for a small input and no state: with a state joined in, the
+    join would run in the one task too, however large the state)."""
     strategy = request["merge"]
     validate_input(new, strategy["kind"], vocab.as_dict())
     new = normalize_timestamps(new)
@@ -208,6 +231,7 @@ def ingest_output(
         system_time=system_time,
         next_offset=next_offset,
         num_partitions=num_partitions,
+        gather=gather,
         drop_columns=(ROW_COLUMN,),
     )
 
@@ -228,6 +252,7 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         request.get("prev_data_paths", []),
         vocab=vocab.as_dict(),
     )
+    size = _input_bytes(request)
     output = ingest_output(
         new,
         state,
@@ -235,7 +260,8 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         vocab,
         system_time=parse_time(request["system_time"]),
         next_offset=request["next_offset"],
-        num_partitions=_num_partitions(spark, request),
+        num_partitions=_num_partitions(spark, request, size),
+        gather=state is None and size <= _GATHER_BYTES,
     )
     spark_to_arrow(output.schema)  # a column Spark holds but Parquet/ODF cannot (an interval) fails here
     slices, schema_file = write_slices(
@@ -249,7 +275,7 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     response["slices"] = [s.__dict__ for s in slices]
     ets = [s.max_event_time for s in slices if s.max_event_time]
     response["max_event_time"] = max(ets, key=parse_time) if ets else None
-    if slices:  # the state folds in what was written: read back from the slices, not recomputed
+    if slices and keeps_state(strategy):  # folds in what was written: read back, not recomputed
         written = spark.read.parquet(*[s.path for s in slices])
         new_state = next_state(strategy, state, written, vocab=vocab.as_dict())
         if new_state is not None:

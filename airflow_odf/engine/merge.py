@@ -286,6 +286,12 @@ def _read_checkpoint(spark: SparkSession, s: _Strategy, path: str) -> DataFrame 
     return state.select(*[_c(c).alias(c, metadata={}) for c in state.columns])
 
 
+def keeps_state(strategy: dict[str, Any]) -> bool:
+    """Whether the strategy has a merge state to fold an ingest's output into (Append and ChangelogStream
+    have none: their ingest need not read back what it wrote)."""
+    return _Strategy.parse(strategy).kind in _STATEFUL
+
+
 def next_state(
     strategy: dict[str, Any], prev_state: DataFrame | None, output: DataFrame, *, vocab: dict[str, str]
 ) -> DataFrame | None:

@@ -106,12 +106,17 @@ def with_system_columns(
     system_time: datetime,
     next_offset: int,
     num_partitions: int = 1,
+    gather: bool = False,
     drop_columns: tuple[str, ...] = (),
 ) -> DataFrame:
     """The final rows: event time coalesced with the source's, one system time, contiguous offsets.
 
-    `num_partitions` range partitions are sorted in parallel; each becomes at least one slice file (a
-    frame that is already one partition is sorted in place, without a shuffle). The sorted rows are
+    `num_partitions` range partitions are sorted in parallel; each becomes at least one slice file. One
+    partition with `gather` (for inputs too small to be worth reading in parallel) takes the rows into
+    one partition where they are (`coalesce(1)`): no shuffle, and no planning of the query beforehand
+    just to learn its partition count, the dearest step of a tiny ingest (first-use planning and code
+    generation). Without `gather`, a frame that is already one partition is sorted in place, others are
+    shuffled into one, so that a large read stays parallel. With several partitions, the sorted rows are
     persisted — they are counted, written and folded into the merge state — until the job clears the
     session's cache.
     """
@@ -122,7 +127,9 @@ def with_system_columns(
             source_et = F.to_date(source_et)
         et = F.coalesce(et, source_et)
     df = df.withColumn(vocab.event_time, et)
-    if num_partitions > 1 or df.rdd.getNumPartitions() > 1:
+    if num_partitions <= 1 and (gather or df.rdd.getNumPartitions() == 1):
+        df = df.coalesce(1)
+    else:
         df = df.repartitionByRange(max(1, num_partitions), *sort_columns)
     ordered = df.sortWithinPartitions(*sort_columns).withColumn(_PARTITION, F.spark_partition_id())
     ordered = ordered.withColumn(

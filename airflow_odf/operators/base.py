@@ -2,8 +2,9 @@
 
 Each operator resolves its connections in `execute` (never at parse time), calls one function of the
 core, and returns the core's result dict as XCom: `{dataset, dataset_id, prev_head, new_head,
-new_blocks, records, up_to_date}`. The dataset's asset (`odf://<dataset id>`) gets an event carrying
-`{head, prev_head}` through the operator's `AssetAlias` outlet, so DAGs can be scheduled on it.
+new_blocks, records, up_to_date}`. When the task committed blocks, the dataset's asset
+(`odf://<dataset id>`) gets an event carrying `{head, prev_head}` through the operator's `AssetAlias`
+outlet, so DAGs can be scheduled on it; a task that found its dataset up to date emits none.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from airflow.sdk.configuration import conf
 from airflow_odf.assets import odf_asset
 from airflow_odf.exceptions import airflow_error
 from airflow_odf.hooks.repo import OdfRepoHook
+from airflow_odf.links import OdfDatasetLink
 from airflow_odf.odf.engine_runner import EngineRunner
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repository import DatasetNotFoundError, Repository
@@ -50,6 +52,7 @@ class OdfBaseOperator(BaseOperator):
 
     template_fields: tuple[str, ...] = ("dataset",)
     ui_color = "#d5e8f7"
+    operator_extra_links = (OdfDatasetLink(),)
 
     def __init__(
         self,
@@ -92,8 +95,8 @@ class OdfBaseOperator(BaseOperator):
 
     @staticmethod
     def work_dir(repo: Repository) -> Path:
-        """Scratch space inside the repository (same file system: slices move, not copy)."""
-        return repo.root / "cache"
+        """The repository's scratch space (inside a local one: slices move, not copy)."""
+        return repo.work_dir
 
     def call(self, fn: Callable[[], T]) -> T:
         """Runs a core call, turning ODF errors into the Airflow exception with the right retry semantics."""
@@ -109,8 +112,10 @@ class OdfBaseOperator(BaseOperator):
         return marker if ti.map_index in (None, -1) else f"{marker}/{ti.map_index}"
 
     def report(self, context: Context, result: dict[str, Any]) -> dict[str, Any]:
-        """Emits the asset event of the dataset (`{head, prev_head}`) and returns the XCom dict."""
-        if result.get("dataset_id") and result.get("new_head"):
+        """Emits the asset event of the dataset (`{head, prev_head}`) if blocks were committed, and
+        returns the XCom dict. An up-to-date run emits nothing: DAGs scheduled on the dataset would
+        otherwise run for nothing."""
+        if result.get("new_blocks") and result.get("dataset_id") and result.get("new_head"):
             alias = asset_alias(self.dataset)
             if any(isinstance(o, AssetAlias) and o.name == alias.name for o in self.outlets):
                 context["outlet_events"][alias].add(

@@ -66,6 +66,7 @@ class OdfInferSchemaOperator(OdfBaseOperator):
                     "dataset_id": str(state.dataset_id),
                     "prev_head": None if prev is None else str(prev),
                     "new_head": result.new_head,
+                    "new_blocks": [result.new_head],  # the SetDataSchema block
                 },
             )
         return {

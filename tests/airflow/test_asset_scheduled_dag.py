@@ -84,7 +84,9 @@ def run_existing(dag: Any, run_id: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     return dag.test()
 
 
-def consumed_events(run_id: str) -> list[dict[str, Any]]:
+def consumed_events(run_id: str, uri: str) -> list[dict[str, Any]]:
+    """The events of the asset `uri` the run consumed. Only those: the metadata DB is shared by the
+    session's tests, whose datasets of the same name (other ids) are assets of the same alias."""
     from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
 
@@ -93,6 +95,7 @@ def consumed_events(run_id: str) -> list[dict[str, Any]]:
         return [
             {"uri": e.asset.uri, "extra": e.extra, "source_dag_id": e.source_dag_id}
             for e in run.consumed_asset_events
+            if e.asset.uri == uri
         ]
 
 
@@ -107,19 +110,22 @@ def rendered(run_id: str, task_id: str) -> dict[str, Any]:
 
 
 def scheduling_references(did: str) -> dict[str, Any]:
-    """How the metadata DB links the consumer to the producer's asset: alias reference + alias content."""
+    """How the metadata DB links the consumer to the producer's asset (`did`'s): alias reference, the
+    alias resolved to that asset, a run queued for it. Other tests' datasets of the same name (other
+    ids) may be assets of the alias too: only this one's are looked at."""
     from airflow.models.asset import AssetAliasModel, AssetDagRunQueue, DagScheduleAssetAliasReference
     from airflow.utils.session import create_session
 
+    uri = f"odf://{did.removeprefix('did:odf:').lower()}/"
     with create_session() as session:
         refs = session.query(DagScheduleAssetAliasReference).filter_by(dag_id=CONSUMER).all()
         alias = session.query(AssetAliasModel).filter_by(name="odf:com.example.trades").one()
         queued = session.query(AssetDagRunQueue).filter_by(target_dag_id=CONSUMER).all()
         return {
             "scheduled_on_aliases": sorted(session.get(AssetAliasModel, r.alias_id).name for r in refs),
-            "alias_assets": sorted((a.name, a.uri) for a in alias.assets),
-            "queued_assets": sorted(q.asset.uri for q in queued),
-            "expected_uri": f"odf://{did.removeprefix('did:odf:').lower()}/",
+            "alias_assets": sorted((a.name, a.uri) for a in alias.assets if a.uri == uri),
+            "queued_assets": sorted(q.asset.uri for q in queued if q.asset.uri == uri),
+            "expected_uri": uri,
         }
 
 
@@ -144,7 +150,7 @@ def test_asset_scheduled_dag(odf_repo: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert links["alias_assets"] == [("com.example.trades", links["expected_uri"])]
     assert links["queued_assets"] == [links["expected_uri"]]
     run_id = scheduler_creates_asset_triggered_run()
-    [event] = consumed_events(run_id)
+    [event] = consumed_events(run_id, links["expected_uri"])
     assert event["uri"] == links["expected_uri"] and event["source_dag_id"] == PRODUCER
     assert event["extra"] == {"head": event_head, "prev_head": ingested["prev_head"]}
 
@@ -262,7 +268,7 @@ def test_watcher_dag_runs_on_the_head_event_trigger(odf_repo: Path, monkeypatch:
     Trigger.submit_event(trigger_id=trigger_id, event=TriggerEvent(payload))
 
     run_id = scheduler_creates_asset_triggered_run("odf_asset_watcher")
-    [event] = consumed_events(run_id)
+    [event] = consumed_events(run_id, uri)
     assert event["uri"] == uri and event["extra"] == {"from_trigger": True, "payload": payload}
     consumer = load_dag("odf_asset_scheduled.py", "odf_asset_watcher")
     ran = run_existing(consumer, run_id, monkeypatch)

@@ -144,6 +144,7 @@ def test_providers_manager_discovers_the_provider_and_its_connection_type() -> N
     behaviour = pm.field_behaviours["odf_repo"]
     assert behaviour["relabeling"]["host"] == "Repository URL"
     assert "port" in behaviour["hidden_fields"]
+    assert "airflow_odf.links.OdfDatasetLink" in pm.extra_links_class_names
 
 
 def test_the_odf_asset_uri_scheme_is_registered_and_validates() -> None:
@@ -170,9 +171,11 @@ def test_the_odf_config_section_is_readable(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.delenv("AIRFLOW__ODF__DEFAULT_ENGINE", raising=False)
     monkeypatch.delenv("AIRFLOW__ODF__SCHEMA_POLICY", raising=False)
+    monkeypatch.delenv("AIRFLOW__ODF__DATASET_URL_TEMPLATE", raising=False)
     # the provider's defaults, without any fallback given by the caller
     assert conf.get("odf", "default_engine") == "spark-submit"
     assert conf.get("odf", "schema_policy") == "strict"
+    assert conf.get("odf", "dataset_url_template") == ""  # no dataset link unless configured
     monkeypatch.setenv("AIRFLOW__ODF__DEFAULT_ENGINE", "local")
     assert conf.get("odf", "default_engine") == "local"
 

@@ -147,3 +147,38 @@ def test_timestamps_without_zone_become_utc(spark: SparkSession) -> None:
     out = normalize_timestamps(df)
     assert out.schema["t"].dataType.typeName() == "timestamp"
     assert out.collect()[0]["t"] == datetime(2024, 1, 2, 3, 4, 5)
+
+
+def test_gathered_rows_get_the_same_offsets_and_order(spark: SparkSession, tmp_path: Path) -> None:
+    """`gather` (small inputs: `coalesce(1)`, no shuffle, no partition count) changes nothing in the
+    output: the same rows at the same offsets, in event-time order, from a frame of several partitions."""
+    src_et = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    rows = [
+        (
+            0,
+            None if i % 7 == 0 else datetime(2024, 1, 1 + (i * 31) % 28, tzinfo=timezone.utc),
+            f"r{i}",
+            i,
+            src_et,
+        )
+        for i in range(300)
+    ]
+    tables = []
+    for gather in (False, True):
+        out = with_system_columns(
+            _frame(spark, rows, partitions=4),
+            [F.col("event_time").asc_nulls_first(), F.col("__odf_row")],
+            vocab=VOCAB,
+            system_time=SYSTEM_TIME,
+            next_offset=10,
+            gather=gather,
+            drop_columns=("__odf_row",),
+        )
+        slices, _ = write_slices(out, str(tmp_path / str(gather)), vocab=VOCAB, max_records_per_slice=None)
+        assert [(s.offset_start, s.offset_end) for s in slices] == [(10, 309)]
+        tables.append(_read_all(slices).drop(["system_time"]))
+    assert tables[0].equals(tables[1])
+    filled = [(r[1] or src_et, r[3]) for r in rows]
+    expected = [rows[i][2] for _, i in sorted(filled)]
+    assert tables[1]["name"].to_pylist() == expected
+    assert tables[1]["offset"].to_pylist() == list(range(10, 310))
