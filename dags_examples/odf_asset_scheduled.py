@@ -57,15 +57,19 @@ def odf_event_heads(triggering_asset_events: Mapping[Any, Iterable[Any]]) -> dic
     from an `OdfHeadEventTrigger` watcher. A run started by hand has no events: `{}` pins nothing,
     and the transform takes its inputs' current heads.
     """
-    heads: dict[str, str] = {}
+    newest: dict[str, Any] = {}  # name -> event; a name re-created with a new id has several assets
     for key in triggering_asset_events:
         if not isinstance(key, Asset) or not key.uri.startswith("odf://"):
             continue
-        newest = max(triggering_asset_events[key], key=lambda event: event.timestamp)
-        extra = newest.extra or {}
+        for event in triggering_asset_events[key]:
+            if key.name not in newest or event.timestamp > newest[key.name].timestamp:
+                newest[key.name] = event
+    heads: dict[str, str] = {}
+    for name, event in newest.items():
+        extra = event.extra or {}
         head = extra.get("head") or (extra.get("payload") or {}).get("head")
         if head:
-            heads[key.name] = head
+            heads[name] = head
     return heads
 
 
