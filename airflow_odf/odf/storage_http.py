@@ -10,6 +10,8 @@ redirect) and never appears in messages or `repr`.
 from __future__ import annotations
 
 import http.client
+import ssl
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -17,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import BinaryIO, TypeVar
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunsplit
 
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.storage import ObjectNotFoundError, ObjectStore, check_key, writing_atomically
@@ -30,6 +32,7 @@ DEFAULT_MAX_DELAY = 10.0
 _CHUNK = 1024 * 1024
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _NOT_FOUND_STATUSES = frozenset({404, 410})
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _T = TypeVar("_T")
 
 
@@ -85,6 +88,7 @@ class HttpObjectStore(ObjectStore):
         self._headers = {"User-Agent": USER_AGENT, **(headers or {})}
         self._sleep = sleep
         self._opener = urllib.request.build_opener()
+        self._local = threading.local()
 
     @property
     def url(self) -> str:
@@ -99,35 +103,84 @@ class HttpObjectStore(ObjectStore):
     def _url(self, key: str) -> str:
         return f"{self.base_url}/{quote(check_key(key), safe='/')}"
 
+    def _connection(self) -> http.client.HTTPConnection:
+        """This thread's connection to the server, kept open between requests: a pull makes one
+        request per block, and a new connection (a TLS handshake over HTTPS) for each would dominate."""
+        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            parts = urlsplit(self.base_url)
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(
+                    parts.hostname or "",
+                    parts.port,
+                    timeout=self.timeout,
+                    context=ssl.create_default_context(),
+                )
+            else:
+                conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=self.timeout)
+            self._local.conn = conn
+        return conn
+
+    def _drop_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            conn.close()
+
+    def _send(self, method: str, url: str) -> http.client.HTTPResponse:
+        """One request on the kept connection; a connection the server closed while idle is reopened
+        once without counting as a failed attempt."""
+        headers = dict(self._headers)
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        target = urlsplit(url)._replace(scheme="", netloc="").geturl() or "/"
+        for reopened in (False, True):
+            conn = self._connection()
+            reused = conn.sock is not None
+            try:
+                conn.request(method, target, headers=headers)
+                return conn.getresponse()
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self._drop_connection()
+                if reopened or not reused:
+                    raise
+            except BaseException:
+                self._drop_connection()
+                raise
+        raise AssertionError("unreachable")
+
     def _request(self, method: str, key: str, consume: Callable[[http.client.HTTPResponse], _T]) -> _T:
         """Sends the request and runs `consume` on the response, retrying transient failures (the
-        body is read inside the retry, so a connection dropped mid-body is retried too)."""
+        body is read inside the retry, so a connection dropped mid-body is retried too). A redirect is
+        followed without the token (e.g. to a pre-signed URL on another host)."""
         url = self._url(key)
         shown = redact_url(url)
         attempts = self.retries + 1
         status: int | None = None
         failure = "no attempt made"
         for attempt in range(attempts):
-            request = urllib.request.Request(url, method=method, headers=self._headers)
-            if self._token:
-                # Unredirected: a redirect to another host (e.g. a pre-signed URL) must not get the token.
-                request.add_unredirected_header("Authorization", f"Bearer {self._token}")
             retry_after: float | None = None
             try:
-                with self._opener.open(request, timeout=self.timeout) as response:
-                    return consume(response)
-            except urllib.error.HTTPError as e:
-                with e:
-                    status = e.code
-                    if status in _NOT_FOUND_STATUSES:
-                        raise ObjectNotFoundError(f"{key} not found at {shown} (HTTP {status})") from None
-                    failure = f"HTTP {status} {e.reason}".rstrip()
-                    if status not in _RETRY_STATUSES:
-                        raise HttpStoreError(
-                            f"{method} {shown} failed: {failure}", url=shown, status=status
-                        ) from None
-                    retry_after = _retry_after(e.headers.get("Retry-After"))
-            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as e:
+                response = self._send(method, url)
+                status = response.status
+                if status in _REDIRECT_STATUSES:
+                    location = urljoin(url, response.getheader("Location") or "")
+                    response.read()
+                    return self._follow(method, location, consume)
+                if 200 <= status < 300:
+                    try:
+                        return consume(response)
+                    except BaseException:
+                        self._drop_connection()  # the body was not read to its end
+                        raise
+                response.read()  # drain, so that the connection can be used again
+                if status in _NOT_FOUND_STATUSES:
+                    raise ObjectNotFoundError(f"{key} not found at {shown} (HTTP {status})")
+                failure = f"HTTP {status} {response.reason}".rstrip()
+                if status not in _RETRY_STATUSES:
+                    raise HttpStoreError(f"{method} {shown} failed: {failure}", url=shown, status=status)
+                retry_after = _retry_after(response.getheader("Retry-After"))
+            except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as e:
                 status = None
                 reason = getattr(e, "reason", None) or e
                 failure = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
@@ -139,6 +192,18 @@ class HttpObjectStore(ObjectStore):
             url=shown,
             status=status,
         )
+
+    def _follow(self, method: str, url: str, consume: Callable[[http.client.HTTPResponse], _T]) -> _T:
+        """A redirect's target, fetched without the bearer token (urllib follows further redirects)."""
+        request = urllib.request.Request(url, method=method, headers=self._headers)
+        try:
+            with self._opener.open(request, timeout=self.timeout) as response:
+                return consume(response)
+        except urllib.error.HTTPError as e:
+            with e:
+                if e.code in _NOT_FOUND_STATUSES:
+                    raise ObjectNotFoundError(f"{redact_url(url)} not found (HTTP {e.code})") from None
+                raise http.client.HTTPException(f"HTTP {e.code} from redirect target") from None
 
     def _read_only(self, action: str) -> ReadOnlyStoreError:
         return ReadOnlyStoreError(
