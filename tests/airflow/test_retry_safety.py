@@ -75,67 +75,38 @@ DAG_FILE = textwrap.dedent(
     '''
 )
 
-ROOT_MANIFEST = textwrap.dedent(
-    """
-    kind: DatasetSnapshot
-    version: 1
-    content:
-      name: retry.events
-      kind: Root
-      metadata:
-      - kind: AddPushSource
-        sourceName: default
-        read:
-          kind: NdJson
-          schema:
-            fields:
-            - name: event_time
-              type:
-                kind: Timestamp
-            - name: city
-              type:
-                kind: String
-            - name: amount
-              type:
-                kind: Int64
-        merge:
-          kind: Append
-      - kind: SetVocab
-        eventTimeColumn: event_time
-    """
-)
 
-POLLED_MANIFEST = textwrap.dedent(
-    """
-    kind: DatasetSnapshot
-    version: 1
-    content:
-      name: retry.polled
-      kind: Root
-      metadata:
-      - kind: SetPollingSource
-        fetch:
-          kind: FilesGlob
-          path: polled-*.ndjson
-          order: ByName
-        read:
-          kind: NdJson
-          schema:
-            fields:
-            - name: event_time
-              type:
-                kind: Timestamp
-            - name: city
-              type:
-                kind: String
-            - name: amount
-              type:
-                kind: Int64
-        merge:
-          kind: Append
-      - kind: SetVocab
-        eventTimeColumn: event_time
-    """
+def _root_manifest(name: str, source: dict[str, Any]) -> str:
+    """A root of NDJSON (event_time, city, amount) records, appended, through the given source event."""
+    read = {
+        "kind": "NdJson",
+        "schema": {
+            "fields": [
+                {"name": "event_time", "type": {"kind": "Timestamp"}},
+                {"name": "city", "type": {"kind": "String"}},
+                {"name": "amount", "type": {"kind": "Int64"}},
+            ]
+        },
+    }
+    metadata = [
+        {**source, "read": read, "merge": {"kind": "Append"}},
+        {"kind": "SetVocab", "eventTimeColumn": "event_time"},
+    ]
+    snapshot = {
+        "kind": "DatasetSnapshot",
+        "version": 1,
+        "content": {"name": name, "kind": "Root", "metadata": metadata},
+    }
+    return json.dumps(snapshot, indent=2)  # JSON is YAML
+
+
+ROOT_MANIFEST = _root_manifest("retry.events", {"kind": "AddPushSource", "sourceName": "default"})
+POLLED_MANIFEST = _root_manifest(
+    "retry.polled",
+    {
+        "kind": "SetPollingSource",
+        "fetch": {"kind": "FilesGlob", "path": "polled-*.ndjson", "order": "ByName"},
+    },
 )
 
 DERIVATIVE_MANIFEST = textwrap.dedent(
