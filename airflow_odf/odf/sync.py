@@ -115,7 +115,9 @@ def compare_chains(source: Dataset, destination: Dataset) -> ChainDiff:
     if src_head is None:
         return ChainDiff(Comparison.BEHIND, src_head, dst_head)
     newer: list[tuple[Multihash, bytes, model.MetadataBlock]] = []
+    src_seq = -1
     for h, raw, block in _walk(source, src_head):
+        src_seq = max(src_seq, block.sequence_number)  # the first block walked: the source's head
         if block.sequence_number < dst_seq:
             break
         if block.sequence_number == dst_seq:
@@ -123,7 +125,6 @@ def compare_chains(source: Dataset, destination: Dataset) -> ChainDiff:
                 return ChainDiff(Comparison.AHEAD, src_head, dst_head, list(reversed(newer)))
             break
         newer.append((h, raw, block))
-    src_seq = source.block(src_head).sequence_number
     if src_seq < dst_seq:  # a shorter source chain: is its head in the destination's?
         for h, block in destination.iter_blocks(dst_head):
             if block.sequence_number == src_seq:
@@ -325,7 +326,9 @@ def transfer(
     if diff.comparison is Comparison.EQUAL:
         return SyncResult(diff.comparison, diff.destination_head, diff.destination_head, [], 0, 0, 0)
     objects = objects_of(diff.blocks)
-    missing = [o for o in objects if not destination.store.exists(o.key)]
+    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:  # a request each on S3/HTTP
+        present = list(pool.map(lambda o: destination.store.exists(o.key), objects))
+    missing = [o for o, here in zip(objects, present, strict=True) if not here]
     log(
         f"{len(diff.blocks)} block(s), {len(missing)} of {len(objects)} object(s) to transfer "
         f"({sum(o.size for o in missing)} bytes)"
