@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
@@ -36,6 +35,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from machine_info import cpu_model, java_version
 
 ODF_DAG = textwrap.dedent(
     """
@@ -211,23 +212,14 @@ def _run(dag: Any) -> float:
 
 
 def _machine() -> str:
-    cpu = "?"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
     import airflow
     import pyspark
     from airflow.providers.apache.spark import __version__ as spark_provider
 
     return (
-        f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({cpu})\n"
+        f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({cpu_model()})\n"
         f"CPython {platform.python_version()}, Airflow {airflow.__version__}, "
-        f"Spark provider {spark_provider}, PySpark {pyspark.__version__}, {java[0] if java else 'java ?'}\n"
+        f"Spark provider {spark_provider}, PySpark {pyspark.__version__}, {java_version()}\n"
         f"date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
     )
 

@@ -32,6 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine_info import cpu_model
+
 from airflow_odf.odf import model
 from airflow_odf.odf.chain_rules import ChainState
 from airflow_odf.odf.dataset import Dataset, fold
@@ -106,17 +108,9 @@ def verdict(ok: bool) -> str:
 
 
 def machine() -> str:
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     u = platform.uname()
     return (
-        f"{u.system} {u.release} {u.machine}; {cpu or 'cpu ?'} x{os.cpu_count()}; "
+        f"{u.system} {u.release} {u.machine}; {cpu_model()} x{os.cpu_count()}; "
         f"Python {platform.python_version()} ({sys.implementation.name})"
     )
 

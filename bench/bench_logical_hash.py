@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 import pyarrow as pa
+from machine_info import cpu_model
 
 from airflow_odf.odf.logical_hash import RecordDigest
 
@@ -77,17 +78,6 @@ def time_plain_sha3(total: int, repeat: int) -> float:
         h.digest()
         best = min(best, time.perf_counter() - t0)
     return best
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:

@@ -26,7 +26,6 @@ import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyspark
+from machine_info import java_version
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
@@ -156,12 +156,10 @@ class TimedRunner:
 
 
 def machine() -> str:
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
-    java_line = java.splitlines()[0] if java else "unknown"
     return (
         f"machine: {platform.platform()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}, "
         f"CPython {platform.python_version()}, PySpark {pyspark.__version__}, pyarrow {pa.__version__}, "
-        f"Java: {java_line}; date {datetime.now(timezone.utc):%Y-%m-%d}"
+        f"Java: {java_version()}; date {datetime.now(timezone.utc):%Y-%m-%d}"
     )
 
 
