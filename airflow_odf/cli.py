@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from airflow_odf.cli_engine import LazyRunner, engine_options
+from airflow_odf.cli_engine import register as register_engine_commands
 from airflow_odf.cli_ingest import register as register_data_commands
 from airflow_odf.cli_schema import expand_shorthand
 from airflow_odf.cli_schema import register as register_schema_commands
@@ -332,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_data_commands(groups, repo_arg)
     register_schema_commands(groups, repo_arg)
     register_sync_commands(groups, repo_arg)
+    register_engine_commands(groups)
     return parser
 
 

@@ -1,4 +1,5 @@
-"""The engine options shared by the `odf` commands that run Spark (`--engine`, `--master`).
+"""The engine options shared by the `odf` commands that run Spark (`--engine`, `--master`), and
+`odf engine warm-up`.
 
 The engine is the in-process local Spark (default) or `spark-submit` (`--engine spark-submit --master
 URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER. The runner is created on first use, so a
@@ -11,7 +12,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from airflow_odf.odf.engine_runner import EngineRunner
@@ -48,3 +49,23 @@ class LazyRunner:
         from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
 
         return LocalSparkRunner(self._master)
+
+
+def cmd_engine_warm_up(args: argparse.Namespace) -> None:
+    from airflow_odf.odf.engine_warm_up import build_class_archive
+
+    archive = build_class_archive(args.master, log=lambda line: print(line, file=sys.stderr))
+    size = archive.stat().st_size / 2**20
+    print(f"{archive} ({size:.0f} MiB): used by local spark-submit jobs from now on")
+
+
+def register(groups: Any) -> None:
+    """Adds `engine warm-up` to the `odf` parser."""
+    engine = groups.add_parser("engine", help="prepare the Spark engine of this machine").add_subparsers(
+        dest="engine_command", required=True
+    )
+    p = engine.add_parser(
+        "warm-up", help="make the class archive that lets small local spark-submit jobs start faster"
+    )
+    p.add_argument("--master", default="local[*]", help="a local Spark master (default local[*])")
+    p.set_defaults(func=cmd_engine_warm_up)

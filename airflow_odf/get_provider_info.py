@@ -115,6 +115,15 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "local",
                         "default": "spark-submit",
                     },
+                    "engine_fast_start": {
+                        "description": "Start small spark-submit jobs on a local master with JVM options "
+                        "that make them start faster (the class archive of `odf engine warm-up`, if made, "
+                        "and the client JIT compiler for inputs up to 16 MiB).",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
                     "schema_policy": {
                         "description": "Default schema policy of ingest and transform tasks.",
                         "version_added": "0.1.0",

@@ -1,7 +1,8 @@
 """The engine job: one request (ingest, or transform: see transform_job) in, one response out.
 
 Runs in-process on a local SparkSession (`run_request`) or as the application of `spark-submit`
-(`python job.py --request R --response S`). Bad input never escapes as a traceback: it is answered with
+(`python job.py --request R --response S`, the pair repeated to answer several requests on one JVM, as
+the class-archive warm-up does). Bad input never escapes as a traceback: it is answered with
 an error in the response, and nothing is left for the core to commit.
 """
 
@@ -286,15 +287,19 @@ def _ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="airflow-odf ingest job (engine contract v1)")
-    parser.add_argument("--request", required=True, help="path of the JSON request")
-    parser.add_argument("--response", required=True, help="path where the JSON response is written")
+    parser = argparse.ArgumentParser(description="airflow-odf engine job (engine contract v1)")
+    parser.add_argument("--request", action="append", required=True, help="path of a JSON request")
+    parser.add_argument("--response", action="append", required=True, help="where its response goes")
     args = parser.parse_args(argv)
-    with open(args.request, encoding="utf-8") as f:
-        request = json.load(f)
-    response = run_request(get_session(), request)
-    with open(args.response, "w", encoding="utf-8") as f:
-        json.dump(response, f, indent=1)
+    if len(args.request) != len(args.response):
+        parser.error("give one --response per --request")
+    spark = get_session()
+    for request_path, response_path in zip(args.request, args.response, strict=True):
+        with open(request_path, encoding="utf-8") as f:
+            request = json.load(f)
+        response = run_request(spark, request)
+        with open(response_path, "w", encoding="utf-8") as f:
+            json.dump(response, f, indent=1)
     return 0
 
 

@@ -4,7 +4,8 @@ The Spark provider's `SparkSubmitHook` builds and runs the command (master and d
 Spark connection, default `spark_default`), streams Spark's output into the task log and can kill the
 job. We add what the engine contract needs: the job script, this package as `--py-files`, and the
 request / response files. A missing Spark connection fails the task clearly — the hook alone would
-silently fall back to YARN.
+silently fall back to YARN. On a `local` master, small jobs start with the fast-start JVM options of
+`airflow_odf.odf.engine_start` (off with `[odf] engine_fast_start = False`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
+from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_odf.odf.engine_runner import EngineRunError, job_script, package_archive
+from airflow_odf.odf.engine_start import class_archive_path, fast_start_conf
 
 
 class SparkSubmitEngineRunner:
@@ -31,21 +34,30 @@ class SparkSubmitEngineRunner:
         self.name = name
         self._hook: SparkSubmitHook | None = None
 
-    def _check_connection(self) -> None:
+    def _master(self) -> str:
+        """The connection's master URL, as the Spark hook reads it; fails clearly if it is not defined."""
         try:
-            BaseHook.get_connection(self.conn_id)
+            connection = BaseHook.get_connection(self.conn_id)
         except AirflowNotFoundException:
             raise AirflowFailException(
                 f"the Spark connection {self.conn_id!r} is not defined: create it (host = the master URL, "
                 "e.g. local[*], spark://host:7077, yarn) or pass spark_conn_id"
             ) from None
+        host = connection.host or ""
+        return f"{host}:{connection.port}" if connection.port else host
+
+    def submit_conf(self, master: str, request_json: str) -> dict[str, Any]:
+        """The job's Spark conf: ours and the user's, plus the fast-start options where they apply."""
+        if not airflow_conf.getboolean("odf", "engine_fast_start", fallback=True):
+            return dict(self.conf)
+        return fast_start_conf(self.conf, master, request_json, class_archive_path())
 
     def run(self, request_json: str, work_dir: Path) -> str:
-        self._check_connection()
+        master = self._master()
         request_path, response_path = work_dir / "request.json", work_dir / "response.json"
         request_path.write_text(request_json, encoding="utf-8")
         self._hook = SparkSubmitHook(
-            conf=self.conf,
+            conf=self.submit_conf(master, request_json),
             conn_id=self.conn_id,
             py_files=str(package_archive(work_dir.parent / "py-files")),
             name=self.name,

@@ -25,6 +25,7 @@ import pytest
 from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.odf import model
 from airflow_odf.odf.engine_runner import EngineRunError, job_script
+from airflow_odf.odf.engine_start import class_archive_path
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repository import Repository
 
@@ -228,6 +229,31 @@ def test_missing_spark_connection_fails_without_retry_and_names_it(tmp_path: Pat
     assert list(work.iterdir()) == []  # refused before anything was written or started
 
 
+def test_fast_start_conf_follows_the_master_and_the_odf_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner
+
+    archive = class_archive_path()
+    assert archive is not None
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    archive.write_bytes(b"made by odf engine warm-up")
+    try:
+        runner = SparkSubmitEngineRunner(conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
+        small = json.dumps({"inputs": []})
+        assert runner.submit_conf("local[2]", small) == {
+            "spark.ui.enabled": "false",
+            "spark.driver.extraJavaOptions": (
+                f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dmine=1"
+            ),
+        }
+        assert runner.submit_conf("spark://127.0.0.1:7077", small) == runner.conf
+        monkeypatch.setenv("AIRFLOW__ODF__ENGINE_FAST_START", "False")
+        assert runner.submit_conf("local[2]", small) == runner.conf
+    finally:
+        archive.unlink()
+
+
 def _descendants(pid: int) -> set[int]:
     """`pid` and every process below it (from /proc)."""
     found, todo = set(), [pid]
@@ -293,6 +319,8 @@ def test_command_and_on_kill_of_a_running_spark_submit(
     assert args[0] == "spark-submit" and args[args.index("--master") + 1] == "local[1]"
     assert args[args.index("--name") + 1] == "odf-kill"
     assert "spark.ui.enabled=false" in args and "spark.driver.memory=512m" in args
+    # a request with no input on a local master: the client JIT (no class archive made in this cache)
+    assert "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1" in args
     archive = Path(args[args.index("--py-files") + 1])
     assert archive.parent == tmp_path / "operations" / "py-files" and archive.suffix == ".zip"
     assert archive.is_file()

@@ -25,7 +25,7 @@ def test_command_line_and_archive(tmp_path: Path) -> None:
         names = set(zf.namelist())
     assert {"airflow_odf/engine/job.py", "airflow_odf/engine/writer.py", "airflow_odf/__init__.py"} <= names
     runner = SparkSubmitRunner("spark://127.0.0.1:7077", conf={"spark.executor.memory": "2g"})
-    cmd = runner.command(tmp_path / "req.json", tmp_path / "resp.json", archive)
+    cmd = runner.command([(tmp_path / "req.json", tmp_path / "resp.json")], archive)
     assert cmd[:3] == ["spark-submit", "--master", "spark://127.0.0.1:7077"]
     assert "spark.executor.memory=2g" in cmd and cmd[cmd.index("--py-files") + 1] == str(archive)
     assert cmd[-5:] == [
@@ -35,6 +35,11 @@ def test_command_line_and_archive(tmp_path: Path) -> None:
         "--response",
         str(tmp_path / "resp.json"),
     ]
+    # several requests answered by one job (the warm-up), each with its response; a conf given per job
+    pairs = [(tmp_path / f"r{i}.json", tmp_path / f"s{i}.json") for i in range(2)]
+    cmd = runner.command(pairs, archive, {"spark.driver.extraJavaOptions": "-Dx=1"})
+    assert "spark.driver.extraJavaOptions=-Dx=1" in cmd and "spark.executor.memory=2g" not in cmd
+    assert cmd[-8:] == [a for r, s in pairs for a in ("--request", str(r), "--response", str(s))]
 
 
 def test_push_ingest_through_spark_submit(tmp_path: Path) -> None:
