@@ -1,22 +1,28 @@
 """Per-task overhead of the provider (issue 7): an ODF push ingest of a tiny file vs a bare Spark task.
 
+Set-up (untimed, as a deployment would do it once per machine): `odf engine warm-up` makes the class
+archive of the engine's JVM (`airflow_odf/odf/engine_warm_up.py`) in a temporary cache directory.
+
 One-task DAGs run through Airflow (`dag.test()`, SQLite, a temporary DAGS_FOLDER), all submitting to
 the `spark_default` connection (`local[2]`) through the Spark provider's `SparkSubmitHook`, with the
 same Spark settings (`spark.ui.enabled=false`):
 
-- `bench_odf_push` — the measured task: `OdfPushIngestOperator` (engine `spark-submit`) pushing a 3-row
-  CSV into a root dataset: connections, repository, the engine request, a spark-submit of our job with
-  the package as `--py-files`, read / offsets / Parquet in Spark, both hashes, the commit, XCom and the
-  asset event;
-- `bench_bare_empty` — the baseline of the target: `SparkSubmitOperator` running an empty PySpark job
-  (a session started and stopped, no Spark action);
-- `bench_bare_engine` — to split the difference: `SparkSubmitOperator` running the engine's work for
-  the same request (captured once from the core) without the provider around it: `run_request` of
-  `airflow_odf.engine.job` on a fresh session, the same `--py-files` archive.
+- `odf` — the measured task: `OdfPushIngestOperator` (engine `spark-submit`) pushing a 3-row CSV into a
+  root dataset: connections, repository, the engine request, a spark-submit of our job with the package
+  as `--py-files` and the fast-start JVM options (class archive, client JIT; `engine_start.py`), read /
+  offsets / Parquet in Spark, both hashes, the commit, XCom and the asset event;
+- `odf_plain` — the same task with `[odf] engine_fast_start = False` (the JVM as Spark starts it);
+- `empty` — the baseline of the target: `SparkSubmitOperator` running an empty PySpark job (a session
+  started and stopped, no Spark action);
+- `empty_tuned` — like for like: the same empty job given the same JVM options as the ODF task's job;
+- `engine` — to split the difference: `SparkSubmitOperator` running the engine's work for the same
+  request (captured once from the core) without the provider around it (and without fast start):
+  `run_request` of `airflow_odf.engine.job` on a fresh session, the same `--py-files` archive.
 
 One warm-up run each, then `--reps` rounds in rotating order. The time of a task is its task instance's
 duration in the metadata DB (start to end as Airflow records it). Reported: medians and the ratios
-ODF / empty job (target <= 1.3) and ODF / engine work alone (the provider's own share).
+ODF / empty job (target <= 1.3), ODF / empty job with the same JVM options, and ODF without fast start /
+engine work alone (the provider's own share).
 
 Usage: .venv/bin/python bench/bench_airflow_task.py [--reps N]
 """
@@ -80,6 +86,17 @@ BARE_DAG = textwrap.dedent(
 
 
     @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
+    def bench_bare_empty_tuned():
+        SparkSubmitOperator(
+            task_id="bare",
+            application=os.environ["ODF_BENCH_EMPTY_JOB"],
+            conn_id="spark_default",
+            name="bench-empty-tuned",
+            conf={"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": os.environ["ODF_BENCH_JVM"]},
+        )
+
+
+    @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
     def bench_bare_engine():
         SparkSubmitOperator(
             task_id="bare",
@@ -93,6 +110,7 @@ BARE_DAG = textwrap.dedent(
 
 
     bench_bare_empty()
+    bench_bare_empty_tuned()
     bench_bare_engine()
     """
 )
@@ -136,9 +154,12 @@ class _Capture:
 
 
 def _prepare(work: Path) -> dict[str, Path]:
-    """A fresh Airflow home, DAGS_FOLDER, repository and inputs; the environment Airflow reads at import."""
+    """A fresh Airflow home, DAGS_FOLDER, repository, inputs and class archive; the environment Airflow
+    reads at import."""
     from airflow_odf.odf import model
     from airflow_odf.odf.engine_runner import package_archive
+    from airflow_odf.odf.engine_start import DRIVER_JAVA_OPTIONS, fast_start_conf
+    from airflow_odf.odf.engine_warm_up import build_class_archive
     from airflow_odf.odf.errors import OdfError
     from airflow_odf.odf.ingest import IngestOptions, push_ingest
     from airflow_odf.odf.repository import Repository
@@ -168,6 +189,11 @@ def _prepare(work: Path) -> dict[str, Path]:
     except OdfError:
         pass  # the capturing runner answers with an error: nothing is committed
     (work / "request.json").write_text(capture.request)
+    os.environ["ODF_CACHE_DIR"] = str(work / "cache")
+    started = time.perf_counter()
+    archive = build_class_archive("local[2]", log=lambda line: None)
+    print(f"set-up: class archive made in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    jvm_options = fast_start_conf({}, "local[2]", capture.request, archive)[DRIVER_JAVA_OPTIONS]
     os.environ.update(
         {
             "AIRFLOW_HOME": str(work / "airflow"),
@@ -181,6 +207,7 @@ def _prepare(work: Path) -> dict[str, Path]:
             "ODF_BENCH_ENGINE_JOB": str(work / "engine_job.py"),
             "ODF_BENCH_REQUEST": str(work / "request.json"),
             "ODF_BENCH_ARCHIVE": str(package_archive(work / "py-files")),
+            "ODF_BENCH_JVM": jvm_options,
             "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
             # the Spark provider runs `spark-submit` from PATH: the one of this environment's PySpark
             "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
@@ -199,10 +226,11 @@ def _load(path: Path, name: str) -> Any:
     return getattr(module, name)()
 
 
-def _run(dag: Any) -> float:
+def _run(dag: Any, fast_start: bool = True) -> float:
     """The duration of the DAG's single task as Airflow recorded it."""
     from airflow.utils.session import create_session
 
+    os.environ["AIRFLOW__ODF__ENGINE_FAST_START"] = str(fast_start)
     run = dag.test()
     with create_session() as session:
         [ti] = run.get_task_instances(session=session)
@@ -234,19 +262,23 @@ def main() -> None:
 
         db.resetdb()
         print(_machine(), file=sys.stderr)
+        odf = _load(paths["dags"] / "bench_odf_push.py", "bench_odf_push")
         dags = {
-            "odf": _load(paths["dags"] / "bench_odf_push.py", "bench_odf_push"),
+            "odf": odf,
+            "odf_plain": odf,
             "empty": _load(paths["dags"] / "bench_bare.py", "bench_bare_empty"),
+            "empty_tuned": _load(paths["dags"] / "bench_bare.py", "bench_bare_empty_tuned"),
             "engine": _load(paths["dags"] / "bench_bare.py", "bench_bare_engine"),
         }
         load = [os.getloadavg()[0]]
         started = time.perf_counter()
-        print("warm-up:", {key: round(_run(dag), 2) for key, dag in dags.items()}, file=sys.stderr)
+        warm = {key: round(_run(dag, key != "odf_plain"), 2) for key, dag in dags.items()}
+        print("warm-up:", warm, file=sys.stderr)
         times: dict[str, list[float]] = {key: [] for key in dags}
         keys = list(dags)
         for rep in range(args.reps):
-            for key in keys[rep % 3 :] + keys[: rep % 3]:  # rotating order
-                times[key].append(_run(dags[key]))
+            for key in keys[rep % len(keys) :] + keys[: rep % len(keys)]:  # rotating order
+                times[key].append(_run(dags[key], key != "odf_plain"))
                 load.append(os.getloadavg()[0])
                 print(f"round {rep + 1} {key}: task {times[key][-1]:.2f} s", file=sys.stderr)
         from airflow_odf.odf.repository import Repository
@@ -259,18 +291,26 @@ def main() -> None:
             f"{args.reps} rounds in {time.perf_counter() - started:.0f} s; load average (1 min) "
             f"{min(load):.1f}-{max(load):.1f}; dataset chain at the end: {blocks} blocks"
         )
+        paired = [o / e for o, e in zip(times["odf"], times["empty"], strict=True)]
+        print(f"JVM options of the ODF job (and of the tuned empty job): {os.environ['ODF_BENCH_JVM']}")
         print("| task (median duration) | seconds | ODF task / this |")
         print("|---|---|---|")
-        print(
-            f"| ODF push ingest of a 3-row CSV (`OdfPushIngestOperator`, spark-submit) | {med['odf']:.2f} | |"
-        )
+        odf_task = "ODF push ingest of a 3-row CSV (`OdfPushIngestOperator`, spark-submit)"
+        print(f"| {odf_task} | {med['odf']:.2f} | |")
+        print(f"| the same, `[odf] engine_fast_start = False` | {med['odf_plain']:.2f} | |")
         print(
             f"| bare `SparkSubmitOperator`, empty PySpark job | {med['empty']:.2f} "
-            f"| **{med['odf'] / med['empty']:.2f}** (target <= 1.3) |"
+            f"| **{med['odf'] / med['empty']:.2f}** (target <= 1.3); per round "
+            + ", ".join(f"{r:.2f}" for r in paired)
+            + " |"
+        )
+        print(
+            f"| the same empty job with the ODF job's JVM options | {med['empty_tuned']:.2f} "
+            f"| {med['odf'] / med['empty_tuned']:.2f} |"
         )
         print(
             f"| bare `SparkSubmitOperator`, the engine's work for the same request | {med['engine']:.2f} "
-            f"| {med['odf'] / med['engine']:.2f} |"
+            f"| {med['odf_plain'] / med['engine']:.2f} (without fast start) |"
         )
         for key in keys:
             print(f"{key}: " + ", ".join(f"{t:.2f}" for t in times[key]))
