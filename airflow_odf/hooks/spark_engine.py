@@ -23,6 +23,14 @@ from airflow_odf.odf.engine_runner import EngineRunError, job_script, package_ar
 from airflow_odf.odf.engine_start import class_archive_path, fast_start_conf
 
 
+def with_fast_start(conf: dict[str, Any], master: str, request_json: str | None) -> dict[str, Any]:
+    """`conf` plus the fast-start JVM options of a job (or, `request_json=None`, of a long-lived local
+    session), unless `[odf] engine_fast_start` is off."""
+    if not airflow_conf.getboolean("odf", "engine_fast_start", fallback=True):
+        return dict(conf)
+    return fast_start_conf(conf, master, request_json, class_archive_path())
+
+
 class SparkSubmitEngineRunner:
     """Runs engine requests with `SparkSubmitHook` on the cluster of the Spark connection `conn_id`."""
 
@@ -48,9 +56,7 @@ class SparkSubmitEngineRunner:
 
     def submit_conf(self, master: str, request_json: str) -> dict[str, Any]:
         """The job's Spark conf: ours and the user's, plus the fast-start options where they apply."""
-        if not airflow_conf.getboolean("odf", "engine_fast_start", fallback=True):
-            return dict(self.conf)
-        return fast_start_conf(self.conf, master, request_json, class_archive_path())
+        return with_fast_start(self.conf, master, request_json)
 
     def run(self, request_json: str, work_dir: Path) -> str:
         master = self._master()

@@ -14,7 +14,9 @@ driver JVM, started on this machine, is the whole engine.
   to `SMALL_INPUT_BYTES`): the optimising compiler's work pays off only in jobs long enough to run its
   code, and on a few cores it competes with the job itself.
 
-The user's own `spark.driver.extraJavaOptions` come after ours, so any flag they set wins.
+The user's own `spark.driver.extraJavaOptions` come after ours, so any flag they set wins. The same
+archive serves the long-lived local session of the CLI and of `engine="local"` tasks (its JVM starts
+once per process).
 """
 
 from __future__ import annotations
@@ -115,18 +117,20 @@ def java_option(name: str, path: Path) -> str:
 
 
 def fast_start_conf(
-    conf: Mapping[str, Any], master: str | None, request_json: str, archive: Path | None
+    conf: Mapping[str, Any], master: str | None, request_json: str | None, archive: Path | None
 ) -> dict[str, Any]:
-    """`conf` with the driver Java options that start this request's job fast (unchanged if none apply).
+    """`conf` with the driver Java options that start a job fast (unchanged if none apply).
 
-    The archive is used when it exists and the user adds nothing to the driver's class path (an archive
-    is only valid for the class path it was made with)."""
+    `request_json` is the one request the job answers, or None for a long-lived session whose requests
+    are not known yet (it gets the archive, never the client JIT). The archive is used when it exists and
+    the user adds nothing to the driver's class path (an archive is only valid for the class path it was
+    made with)."""
     if not is_local_master(master):
         return dict(conf)
     options: list[str] = []
     if archive is not None and archive.is_file() and not conf.get(DRIVER_CLASS_PATH):
         options.append(java_option("-XX:SharedArchiveFile", archive))
-    size = request_input_bytes(request_json)
+    size = None if request_json is None else request_input_bytes(request_json)
     if size is not None and size <= SMALL_INPUT_BYTES:
         options.append(CLIENT_JIT_ONLY)
     if not options:

@@ -82,13 +82,14 @@ class OdfBaseOperator(BaseOperator):
         return self.call(lambda: OdfRepoHook(self.odf_conn_id).open_repository())
 
     def runner(self) -> EngineRunner:
+        from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner, with_fast_start
+
         if self.engine == "local":
             from airflow_odf.engine.local_runner import LocalSparkRunner  # pyspark in the worker
 
-            self._runner = LocalSparkRunner(self.spark_conf.get("spark.master", "local[*]"), self.spark_conf)
+            master = self.spark_conf.get("spark.master", "local[*]")
+            self._runner = LocalSparkRunner(master, with_fast_start(self.spark_conf, master, None))
         else:
-            from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner
-
             name = f"odf-{self.dag_id}-{self.task_id}"
             self._runner = SparkSubmitEngineRunner(self.spark_conn_id, conf=self.spark_conf, name=name)
         return self._runner

@@ -232,7 +232,7 @@ def test_missing_spark_connection_fails_without_retry_and_names_it(tmp_path: Pat
 def test_fast_start_conf_follows_the_master_and_the_odf_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner
+    from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner, with_fast_start
 
     archive = class_archive_path()
     assert archive is not None
@@ -248,8 +248,13 @@ def test_fast_start_conf_follows_the_master_and_the_odf_config(
             ),
         }
         assert runner.submit_conf("spark://127.0.0.1:7077", small) == runner.conf
+        # engine="local": the worker's own session gets the archive (its requests are not known yet)
+        assert with_fast_start({}, "local[*]", None) == {
+            "spark.driver.extraJavaOptions": f"-XX:SharedArchiveFile={archive}"
+        }
         monkeypatch.setenv("AIRFLOW__ODF__ENGINE_FAST_START", "False")
         assert runner.submit_conf("local[2]", small) == runner.conf
+        assert with_fast_start({}, "local[*]", None) == {}
     finally:
         archive.unlink()
 

@@ -108,6 +108,17 @@ def test_large_or_unsized_or_remote_jobs_keep_the_optimising_compiler(tmp_path: 
         assert fast_start_conf({"a": "b"}, master, small, archive) == {"a": "b"}
 
 
+def test_long_lived_session_gets_the_archive_only(tmp_path: Path) -> None:
+    archive = Path(_file(tmp_path / "a.jsa", 10))
+    # requests of a session are not known when its JVM starts: no client JIT, whatever they will be
+    assert fast_start_conf({"x": "1"}, "local[*]", None, archive) == {
+        "x": "1",
+        DRIVER_JAVA_OPTIONS: f"-XX:SharedArchiveFile={archive}",
+    }
+    assert fast_start_conf({"x": "1"}, "local[*]", None, tmp_path / "missing.jsa") == {"x": "1"}
+    assert fast_start_conf({"x": "1"}, "yarn", None, archive) == {"x": "1"}
+
+
 def test_archive_is_skipped_when_missing_or_the_class_path_differs(tmp_path: Path) -> None:
     small = _ingest(tmp_path, 10)
     missing = tmp_path / "never-made.jsa"
