@@ -14,7 +14,8 @@ driver JVM, started on this machine, is the whole engine.
   to `SMALL_INPUT_BYTES`): the optimising compiler's work pays off only in jobs long enough to run its
   code, and on a few cores it competes with the job itself.
 
-The user's own `spark.driver.extraJavaOptions` come after ours, so any flag they set wins. The same
+The user's own `spark.driver.extraJavaOptions` (of the job's conf, else of spark-defaults.conf, which
+our `--conf` would otherwise replace) come after ours, so any flag they set wins. The same
 archive serves the long-lived local session of the CLI and of `engine="local"` tasks (its JVM starts
 once per process).
 """
@@ -25,6 +26,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +36,7 @@ SMALL_INPUT_BYTES = 16 * 1024 * 1024
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 DRIVER_CLASS_PATH = "spark.driver.extraClassPath"
 CLIENT_JIT_ONLY = "-XX:TieredStopAtLevel=1"
+_PROPERTY = re.compile(r"(?P<key>[^#!=:\s][^=:\s]*)\s*[=:]?\s*(?P<value>.*)")
 
 
 def is_local_master(master: str | None) -> bool:
@@ -135,5 +138,27 @@ def fast_start_conf(
         options.append(CLIENT_JIT_ONLY)
     if not options:
         return dict(conf)
-    own = str(conf.get(DRIVER_JAVA_OPTIONS) or "")
+    # a --conf value replaces the one of spark-defaults.conf: keep that one, as Spark would have used it
+    own = str(conf.get(DRIVER_JAVA_OPTIONS) or spark_default(DRIVER_JAVA_OPTIONS) or "")
     return {**conf, DRIVER_JAVA_OPTIONS: " ".join([*options, *([own] if own else [])])}
+
+
+def spark_default(key: str) -> str | None:
+    """`key` in the installation's spark-defaults.conf ($SPARK_CONF_DIR, else $SPARK_HOME/conf), if set.
+
+    The file is a Java properties file: `key value`, `key=value` or `key: value`; `#` and `!` start
+    comments; the last line of a key wins."""
+    home = spark_home()
+    directory = os.environ.get("SPARK_CONF_DIR") or (home / "conf" if home else None)
+    if directory is None:
+        return None
+    try:
+        text = (Path(directory) / "spark-defaults.conf").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    value = None
+    for line in text.splitlines():
+        found = _PROPERTY.match(line.strip())
+        if found and found["key"] == key:
+            value = found["value"]
+    return value

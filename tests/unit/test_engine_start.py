@@ -21,6 +21,13 @@ from airflow_odf.odf.engine_start import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _no_spark_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No spark-defaults.conf of this machine's Spark in the way (the test that needs one writes it)."""
+    (tmp_path / "spark-conf").mkdir()
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "spark-conf"))
+
+
 def _file(path: Path, size: int) -> str:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
@@ -89,6 +96,27 @@ def test_small_local_job_gets_the_client_compiler_and_the_archive_first(tmp_path
         ),
     }
     assert user[DRIVER_JAVA_OPTIONS] == "-XX:TieredStopAtLevel=4 -Dx=1"  # the caller's dict is untouched
+
+
+def test_options_of_spark_defaults_are_kept(tmp_path: Path) -> None:
+    """A --conf value replaces the one in spark-defaults.conf: ours must carry it along, not drop it."""
+    (tmp_path / "spark-conf" / "spark-defaults.conf").write_text(
+        "# site settings\n"
+        "spark.driver.memory 4g\n"
+        "spark.driver.extraJavaOptions -Dsite=old\n"
+        "spark.driver.extraJavaOptions   -Dsite=1 -Dlog4j2.configurationFile=/etc/spark/log4j2.xml\n"
+        "! spark.driver.extraJavaOptions -Dcommented=out\n"
+    )
+    small = _ingest(tmp_path, 10)
+    assert fast_start_conf({}, "local", small, None) == {
+        DRIVER_JAVA_OPTIONS: f"{CLIENT_JIT_ONLY} -Dsite=1 -Dlog4j2.configurationFile=/etc/spark/log4j2.xml"
+    }
+    # the task's own value replaces the site's, as spark-submit would do
+    assert fast_start_conf({DRIVER_JAVA_OPTIONS: "-Dmine=1"}, "local", small, None) == {
+        DRIVER_JAVA_OPTIONS: f"{CLIENT_JIT_ONLY} -Dmine=1"
+    }
+    (tmp_path / "spark-conf" / "spark-defaults.conf").write_text("spark.driver.extraJavaOptions=-Dx=1\n")
+    assert fast_start_conf({}, "local", small, None) == {DRIVER_JAVA_OPTIONS: f"{CLIENT_JIT_ONLY} -Dx=1"}
 
 
 def test_large_or_unsized_or_remote_jobs_keep_the_optimising_compiler(tmp_path: Path) -> None:
