@@ -74,26 +74,24 @@ BARE_DAG = textwrap.dedent(
     from airflow.sdk import dag
 
 
-    @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
-    def bench_bare_empty():
+    def empty_job(name, **conf):
         SparkSubmitOperator(
             task_id="bare",
             application=os.environ["ODF_BENCH_EMPTY_JOB"],
             conn_id="spark_default",
-            name="bench-empty",
-            conf={"spark.ui.enabled": "false"},
+            name=name,
+            conf={"spark.ui.enabled": "false", **conf},
         )
+
+
+    @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
+    def bench_bare_empty():
+        empty_job("bench-empty")
 
 
     @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
     def bench_bare_empty_tuned():
-        SparkSubmitOperator(
-            task_id="bare",
-            application=os.environ["ODF_BENCH_EMPTY_JOB"],
-            conn_id="spark_default",
-            name="bench-empty-tuned",
-            conf={"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": os.environ["ODF_BENCH_JVM"]},
-        )
+        empty_job("bench-empty-tuned", **{"spark.driver.extraJavaOptions": os.environ["ODF_BENCH_JVM"]})
 
 
     @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
