@@ -12,27 +12,29 @@ offset order, and the request lists them in offset order. Each slice file is rea
 reads are concatenated in that order (one read of all files would not do: Spark packs files into
 partitions largest first), so the view's partitions are the files' pieces in file order. A file larger
 than a split is read as several partitions, in byte order: Spark sorts splits by size, stably, and all
-splits of a file but the last have the same size (a test pins this down with many splits per file).
-What is checked, not assumed: the Parquet footers must show each file's offsets as a gap-free range
-(min, max, row count) after the previous file's; and every row read is checked in the same pass to be
-at its place, `offset == file's first offset + the row's index in the file` (`_metadata.row_index`),
-else the job stops (`raise_error`). When the footers do not show it, the check stops the job, or the
-input is many small files (a read per file costs about 0.1-0.2 s of planning and set-up), the input is
-sorted by offset instead (range partitions, sorted in parallel), as before.
+splits of a file but the last have the same size (a test pins this down with many splits per file, on
+the pinned Spark version).
+What is checked, not assumed, before Spark reads anything: the Parquet footers must show each file's
+offsets as a gap-free range (min, max, row count) after the previous file's, and the files' offset
+columns, read on the driver row group by row group (a few ms per million rows, files in parallel), must
+count up by one from there. A file wholly inside the request's offset range is read without a filter
+(Spark then does not even decode its offsets). When the footers or the offsets do not show the order, or
+the input is many small files (a read per file costs about 0.1-0.2 s of planning and set-up), the input
+is sorted by offset instead (range partitions, sorted in parallel).
 """
 
 from __future__ import annotations
 
 import base64
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from py4j.protocol import Py4JJavaError
-from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -51,7 +53,7 @@ from airflow_odf.engine.writer import (
 # sorting costs a shuffle of the input. In place pays off unless there are many small files.
 MAX_FILES_READ_IN_PLACE = 256
 MIN_MEAN_FILE_BYTES_IN_PLACE = 4 * 1024 * 1024
-OUT_OF_ORDER = "odf-engine: input slice not in offset order"
+_CHECK_THREADS = 4
 
 
 @dataclass(frozen=True)
@@ -63,14 +65,11 @@ class SliceRange:
     last: int
 
 
-def _input_view(spark: SparkSession, item: dict[str, Any], *, in_place: bool) -> DataFrame:
-    """The input's records with offsets in `[offset_start, offset_end]`, in offset order.
-
-    `in_place`: read the slices in place when their footers allow it, each row checked to be at its place
-    (a job reading such a view fails with `OUT_OF_ORDER` in its message when one is not); else sort.
-    """
-    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["schema"])))
-    struct = arrow_to_spark(schema)
+def _input_view(spark: SparkSession, item: dict[str, Any]) -> DataFrame:
+    """The input's records with offsets in `[offset_start, offset_end]`, in offset order: the slices read
+    in place when their footers and offsets show that order (checked first), else sorted."""
+    struct = arrow_to_spark(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["schema"]))))
+    reader = spark.read.schema(struct)
     vocab = Vocabulary.from_request(item.get("vocab", {}))
     paths = item.get("data_paths") or []
     if not paths or item.get("offset_end") is None:
@@ -78,18 +77,15 @@ def _input_view(spark: SparkSession, item: dict[str, Any], *, in_place: bool) ->
     start, end = item["offset_start"], item["offset_end"]
     offset = F.col(quote_identifier(vocab.offset))
     in_range = offset.between(start, end)
-    ranges = slice_ranges(paths, vocab.offset) if in_place and _in_place_pays_off(paths) else None
-    if ranges is None:
-        return spark.read.schema(struct).parquet(*paths).filter(in_range).orderBy(offset)
-    reader, reads = spark.read.schema(struct), []
-    for piece in ranges:
-        if piece.last < start or piece.first > end:
-            continue  # no record in the range: not read at all
-        df = reader.parquet(piece.path)
-        row_index = df.metadataColumn("_metadata").getField("row_index")
-        at_its_place = offset - row_index == F.lit(piece.first)
-        stop = F.raise_error(F.lit(f"{OUT_OF_ORDER}: {piece.path}"))
-        reads.append(df.filter(in_range & F.when(at_its_place, F.lit(True)).otherwise(stop)))
+    ranges = slice_ranges(paths, vocab.offset) if _in_place_pays_off(paths) else None
+    wanted = [r for r in ranges or [] if r.last >= start and r.first <= end]  # others: not read at all
+    if ranges is None or not all_in_offset_order(wanted, vocab.offset):
+        return reader.parquet(*paths).filter(in_range).orderBy(offset)
+    reads = []
+    for r in wanted:
+        df = reader.parquet(r.path)
+        # a file wholly in range needs no filter: Spark then does not even decode its offsets
+        reads.append(df if start <= r.first and r.last <= end else df.filter(in_range))
     return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], struct)
 
 
@@ -134,6 +130,32 @@ def slice_ranges(paths: list[str], offset: str) -> list[SliceRange] | None:
     return ranges
 
 
+def all_in_offset_order(ranges: list[SliceRange], offset: str) -> bool:
+    """Whether every file's offset column counts up by one from its first offset (files in parallel)."""
+    if not ranges:
+        return True
+    with ThreadPoolExecutor(min(_CHECK_THREADS, len(ranges))) as pool:
+        return all(pool.map(lambda r: _in_offset_order(r, offset), ranges))
+
+
+def _in_offset_order(piece: SliceRange, offset: str) -> bool:
+    """Reads only the offset column, a row group at a time (memory stays bounded)."""
+    expected = piece.first
+    try:
+        with pq.ParquetFile(piece.path) as f:
+            for group in range(f.num_row_groups):
+                values = f.read_row_group(group, columns=[offset]).column(0)
+                if values.null_count:
+                    return False
+                found = values.to_numpy()
+                if found.size and not np.array_equal(found, np.arange(expected, expected + found.size)):
+                    return False
+                expected += found.size
+    except (OSError, pa.ArrowException):
+        return False
+    return expected == piece.last + 1
+
+
 def _check_output(df: DataFrame, vocab: Vocabulary) -> DataFrame:
     for name in (vocab.offset, vocab.system_time):
         if name in df.columns:
@@ -166,17 +188,8 @@ def _check_output(df: DataFrame, vocab: Vocabulary) -> DataFrame:
 
 def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Runs one transform request; raises EngineInputError on bad queries or output."""
-    try:
-        return _transform(spark, request, in_place=True)
-    except (PySparkException, Py4JJavaError) as e:
-        if OUT_OF_ORDER not in str(e):
-            raise
-    return _transform(spark, request, in_place=False)  # a slice was not in offset order: sort the inputs
-
-
-def _transform(spark: SparkSession, request: dict[str, Any], *, in_place: bool) -> dict[str, Any]:
     vocab = Vocabulary.from_request(request.get("vocab", {}))
-    views = {item["alias"]: _input_view(spark, item, in_place=in_place) for item in request["inputs"]}
+    views = {item["alias"]: _input_view(spark, item) for item in request["inputs"]}
     result = run_sql(spark, views, request["queries"], "transform")
     output = _check_output(normalize_timestamps(result), vocab)
     slices, schema_file = write_in_frame_order(

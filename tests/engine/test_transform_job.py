@@ -12,7 +12,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_odf.engine import transform_job
@@ -175,16 +175,20 @@ def _numbered_slice(path: Path, start: int, n: int, *, shuffle: bool = False, ro
 
 
 @pytest.fixture
-def modes(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    """The `in_place` argument of each attempt of the transform (True: read in place, False: sorted)."""
-    seen: list[bool] = []
-    original = transform_job._transform
+def views(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """How each input view of the transforms was made: "sorted", or "in place, N filtered" (files read in
+    order, N of them filtered to the offset range)."""
+    seen: list[str] = []
+    original = transform_job._input_view
 
-    def recording(spark: SparkSession, request: dict[str, Any], *, in_place: bool) -> dict[str, Any]:
-        seen.append(in_place)
-        return original(spark, request, in_place=in_place)
+    def recording(spark: SparkSession, item: dict[str, Any]) -> DataFrame:
+        view = original(spark, item)
+        plan = view._jdf.queryExecution().logical().toString()
+        filters = plan.count("Filter ")
+        seen.append("sorted" if "Sort [" in plan else f"in place, {filters} filtered")
+        return view
 
-    monkeypatch.setattr(transform_job, "_transform", recording)
+    monkeypatch.setattr(transform_job, "_input_view", recording)
     return seen
 
 
@@ -207,7 +211,7 @@ def _prices(response: dict[str, Any]) -> tuple[list[int], list[float]]:
 
 
 def test_slices_read_in_place_keep_offset_order_across_many_partitions(
-    spark: SparkSession, tmp_path: Path, modes: list[bool], many_splits: None
+    spark: SparkSession, tmp_path: Path, views: list[str], many_splits: None
 ) -> None:
     paths = [
         _numbered_slice(tmp_path / f"s{i}.parquet", i * 3000, 3000, row_group_size=250) for i in range(3)
@@ -216,7 +220,8 @@ def test_slices_read_in_place_keep_offset_order_across_many_partitions(
     query = [{"query": "SELECT event_time, symbol, price FROM t WHERE symbol <> 'S3'"}]
     response = run_request(spark, _request(tmp_path, query, [_input("t", paths, 100, 8899)]))
     assert response.get("error") is None, response
-    assert modes == [True]  # read in place, every row checked, no fallback
+    # every file's offsets checked first, then read without a sort; the middle file is wholly in range
+    assert views == ["in place, 2 filtered"]
     offsets, prices = _prices(response)
     expected = [float(o) for o in range(100, 8900) if o % 7 != 3]
     assert prices == expected  # the input's offset order, across files and splits
@@ -238,28 +243,38 @@ def test_identical_requests_give_identical_slices(
     assert files[0] == files[1]  # same rows, same order, same bytes: the same logical and physical hash
 
 
-def test_a_slice_stored_out_of_order_is_sorted(
-    spark: SparkSession, tmp_path: Path, modes: list[bool]
-) -> None:
+def test_a_slice_stored_out_of_order_is_sorted(spark: SparkSession, tmp_path: Path, views: list[str]) -> None:
     first = _numbered_slice(tmp_path / "a.parquet", 0, 50)
     second = _numbered_slice(tmp_path / "b.parquet", 50, 50, shuffle=True)  # footer fine, rows not
     query = [{"query": "SELECT event_time, symbol, price FROM t"}]
     response = run_request(spark, _request(tmp_path, query, [_input("t", [first, second], 10, 89)]))
     assert response.get("error") is None, response
-    assert modes == [True, False]  # the row check stopped the in-place read; the retry sorted
+    assert views == ["sorted"]  # the check of the offsets found the second file out of order
     offsets, prices = _prices(response)
     assert prices == [float(o) for o in range(10, 90)]
     assert offsets == list(range(10, 90))
 
 
-def test_slices_listed_out_of_order_are_sorted(
-    spark: SparkSession, tmp_path: Path, modes: list[bool]
+def test_row_groups_stored_out_of_order_are_sorted(
+    spark: SparkSession, tmp_path: Path, views: list[str]
 ) -> None:
+    """Each row group counts up, the footer's min / max / rows fit, but the second row group comes first."""
+    path = tmp_path / "a.parquet"
+    table = pq.read_table(_numbered_slice(tmp_path / "in-order.parquet", 0, 100))
+    pq.write_table(pa.concat_tables([table.slice(50), table.slice(0, 50)]), path, row_group_size=50)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 2
+    query = [{"query": "SELECT event_time, symbol, price FROM t"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", [str(path)], 0, 99)]))
+    assert views == ["sorted"]
+    assert _prices(response) == (list(range(10, 110)), [float(o) for o in range(100)])
+
+
+def test_slices_listed_out_of_order_are_sorted(spark: SparkSession, tmp_path: Path, views: list[str]) -> None:
     first = _numbered_slice(tmp_path / "a.parquet", 0, 20)
     second = _numbered_slice(tmp_path / "b.parquet", 20, 20)
     query = [{"query": "SELECT event_time, symbol, price FROM t"}]
     response = run_request(spark, _request(tmp_path, query, [_input("t", [second, first], 0, 39)]))
-    assert modes == [True]
+    assert views == ["sorted"]  # the footers do not show the order the request lists them in
     assert _prices(response)[1] == [float(o) for o in range(40)]
 
 
