@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import os
 import shutil
 import tempfile
@@ -21,8 +20,6 @@ from pathlib import Path
 from typing import BinaryIO
 
 from airflow_odf.odf.errors import OdfError
-
-_CHUNK = 1 << 20
 
 
 class ObjectNotFoundError(OdfError, KeyError):
@@ -112,22 +109,6 @@ class ObjectStore(ABC):
         data = self.get(key)
         with writing_atomically(target) as f:
             f.write(data)
-
-    def get_file_hashed(self, key: str, target: Path) -> tuple[bytes, int]:
-        """`get_file`, returning the SHA3-256 digest and the size of what it wrote (to check an object
-        received from an untrusted store). Backends that stream hash while writing; this reads back."""
-        self.get_file(key, target)
-        return file_digest(target)
-
-
-def file_digest(path: Path) -> tuple[bytes, int]:
-    """SHA3-256 digest and size of a file, read in 1 MiB chunks."""
-    digest, size = hashlib.sha3_256(), 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.digest(), size
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ redirect) and never appears in messages or `repr`.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import ssl
 import threading
@@ -225,17 +224,6 @@ class HttpObjectStore(ObjectStore):
 
         self._request("GET", key, download)
 
-    def get_file_hashed(self, key: str, target: Path) -> tuple[bytes, int]:
-        """Hashes while it streams (no second read of the file); a retry starts file and hash over."""
-
-        def download(response: http.client.HTTPResponse) -> tuple[bytes, int]:
-            digest = hashlib.sha3_256()
-            with writing_atomically(target) as f:
-                size = _copy(response, f, digest.update)
-            return digest.digest(), size
-
-        return self._request("GET", key, download)
-
     def _head(self, key: str) -> int | None:
         """Content-Length by HEAD; servers without HEAD (405/501) are asked with GET instead."""
         try:
@@ -281,20 +269,14 @@ def _content_length(response: http.client.HTTPResponse) -> int | None:
     return int(value) if value is not None and value.strip().isdigit() else None
 
 
-def _copy(
-    response: http.client.HTTPResponse, target: BinaryIO, update: Callable[[bytes], None] | None = None
-) -> int:
-    """Streams the body into `target` (and each chunk to `update`, e.g. a hash's); returns its size."""
+def _copy(response: http.client.HTTPResponse, target: BinaryIO) -> None:
     expected = _content_length(response)
     copied = 0
     while chunk := response.read(_CHUNK):
         target.write(chunk)
-        if update is not None:
-            update(chunk)
         copied += len(chunk)
     if expected is not None and copied != expected:
         raise http.client.IncompleteRead(b"", expected - copied)
-    return copied
 
 
 def _retry_after(value: str | None) -> float | None:

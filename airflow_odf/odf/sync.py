@@ -172,6 +172,16 @@ def _copy_hashing(source: Path, target: Path) -> tuple[Multihash, int]:
     return Multihash(0x16, digest.digest()), size
 
 
+def _hash_file(path: Path) -> tuple[Multihash, int]:
+    digest = hashlib.sha3_256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return Multihash(0x16, digest.digest()), size
+
+
 class _Transfer:
     """Moves one object from source to destination through a local staging file, checking it first."""
 
@@ -190,10 +200,10 @@ class _Transfer:
                 actual, size = _copy_hashing(local, staged)
             else:
                 try:
-                    digest, size = self.source.store.get_file_hashed(obj.key, staged)
+                    self.source.store.get_file(obj.key, staged)
                 except ObjectNotFoundError:
                     raise self._missing(obj) from None
-                actual = Multihash(0x16, digest)
+                actual, size = _hash_file(staged)
             if size != obj.size:
                 raise TamperedObjectError(
                     f"source {self.source.store!r}: {obj.key} has {size} bytes, "
