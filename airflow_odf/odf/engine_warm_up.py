@@ -79,12 +79,11 @@ def _write_requests(work: Path) -> list[tuple[Path, Path]]:
     """An ingest and a transform request over tiny inputs in `work`, as (request, response) paths."""
     csv = work / "input.csv"
     csv.write_text(_CSV, encoding="utf-8")
+    common = {"dataset_id": _DATASET_ID, "system_time": _SYSTEM_TIME, "next_offset": 0}
     ingest = IngestRequest(
         operation_id="warm-up-ingest",
-        dataset_id=_DATASET_ID,
         dataset_alias="warm-up.root",
-        system_time=_SYSTEM_TIME,
-        next_offset=0,
+        **common,  # type: ignore[arg-type]
         inputs=[InputFile(str(csv), _SYSTEM_TIME)],
         read={"kind": "Csv", "header": True},
         merge={"kind": "Append"},
@@ -95,10 +94,8 @@ def _write_requests(work: Path) -> list[tuple[Path, Path]]:
     pq.write_table(_input_slice(), slice_path)
     transform = TransformRequest(
         operation_id="warm-up-transform",
-        dataset_id=_DATASET_ID,
         dataset_alias="warm-up.derivative",
-        system_time=_SYSTEM_TIME,
-        next_offset=0,
+        **common,  # type: ignore[arg-type]
         queries=[SqlStep(_QUERY)],
         inputs=[
             TransformInputSpec(
