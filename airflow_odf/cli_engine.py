@@ -47,9 +47,9 @@ class LazyRunner:
 
             return SparkSubmitRunner(self._master, log=lambda line: print(line, file=sys.stderr))
         from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
-        from airflow_odf.odf.engine_start import class_archive_path, fast_start_conf
+        from airflow_odf.odf.engine_start import fast_start_conf
 
-        return LocalSparkRunner(self._master, fast_start_conf({}, self._master, None, class_archive_path()))
+        return LocalSparkRunner(self._master, fast_start_conf({}, self._master, None))
 
 
 def cmd_engine_warm_up(args: argparse.Namespace) -> None:

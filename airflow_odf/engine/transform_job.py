@@ -28,7 +28,7 @@ from __future__ import annotations
 import base64
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
 
@@ -58,11 +58,13 @@ _CHECK_THREADS = 4
 
 @dataclass(frozen=True)
 class SliceRange:
-    """A slice file's offsets as its Parquet footer states them: `first..last`, one row per offset."""
+    """A slice file's offsets as its Parquet footer states them: `first..last`, one row per offset (the
+    footer is kept, so that checking the offsets does not read it again)."""
 
     path: str
     first: int
     last: int
+    footer: pq.FileMetaData = field(compare=False, repr=False)
 
 
 def _input_view(spark: SparkSession, item: dict[str, Any]) -> DataFrame:
@@ -126,7 +128,7 @@ def slice_ranges(paths: list[str], offset: str) -> list[SliceRange] | None:
             continue
         if hi - lo + 1 != meta.num_rows or (ranges and lo <= ranges[-1].last):
             return None
-        ranges.append(SliceRange(path, lo, hi))
+        ranges.append(SliceRange(path, lo, hi, meta))
     return ranges
 
 
@@ -142,7 +144,7 @@ def _in_offset_order(piece: SliceRange, offset: str) -> bool:
     """Reads only the offset column, a row group at a time (memory stays bounded)."""
     expected = piece.first
     try:
-        with pq.ParquetFile(piece.path) as f:
+        with pq.ParquetFile(piece.path, metadata=piece.footer) as f:
             for group in range(f.num_row_groups):
                 values = f.read_row_group(group, columns=[offset]).column(0)
                 if values.null_count:

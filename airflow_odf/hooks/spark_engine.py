@@ -20,7 +20,7 @@ from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_odf.odf.engine_runner import EngineRunError, job_script, package_archive
-from airflow_odf.odf.engine_start import class_archive_path, fast_start_conf
+from airflow_odf.odf.engine_start import fast_start_conf
 
 
 def with_fast_start(conf: dict[str, Any], master: str, request_json: str | None) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def with_fast_start(conf: dict[str, Any], master: str, request_json: str | None)
     session), unless `[odf] engine_fast_start` is off."""
     if not airflow_conf.getboolean("odf", "engine_fast_start", fallback=True):
         return dict(conf)
-    return fast_start_conf(conf, master, request_json, class_archive_path())
+    return fast_start_conf(conf, master, request_json)
 
 
 class SparkSubmitEngineRunner:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 import airflow_odf
-from airflow_odf.odf.engine_start import class_archive_path, fast_start_conf
+from airflow_odf.odf.engine_start import fast_start_conf
 from airflow_odf.odf.errors import OdfError
 
 _log = logging.getLogger(__name__)
@@ -95,7 +95,7 @@ class SparkSubmitRunner:
         request_path.write_text(request_json, encoding="utf-8")
         conf = self.conf
         if self.fast_start:
-            conf = fast_start_conf(self.conf, self.master, request_json, class_archive_path())
+            conf = fast_start_conf(self.conf, self.master, request_json)
         self.submit([(request_path, response_path)], work_dir, conf)
         return response_path.read_text(encoding="utf-8")
 

@@ -120,16 +120,18 @@ def java_option(name: str, path: Path) -> str:
 
 
 def fast_start_conf(
-    conf: Mapping[str, Any], master: str | None, request_json: str | None, archive: Path | None
+    conf: Mapping[str, Any], master: str | None, request_json: str | None, archive: Path | None = None
 ) -> dict[str, Any]:
     """`conf` with the driver Java options that start a job fast (unchanged if none apply).
 
     `request_json` is the one request the job answers, or None for a long-lived session whose requests
-    are not known yet (it gets the archive, never the client JIT). The archive is used when it exists and
+    are not known yet (it gets the archive, never the client JIT). `archive` defaults to this machine's
+    (`class_archive_path`, looked up for local masters only). The archive is used when it exists and
     the user adds nothing to the driver's class path (an archive is only valid for the class path it was
     made with)."""
     if not is_local_master(master):
         return dict(conf)
+    archive = archive or class_archive_path()
     options: list[str] = []
     if archive is not None and archive.is_file() and not conf.get(DRIVER_CLASS_PATH):
         options.append(java_option("-XX:SharedArchiveFile", archive))
