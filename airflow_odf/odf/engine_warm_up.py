@@ -79,29 +79,32 @@ def _write_requests(work: Path) -> list[tuple[Path, Path]]:
     """An ingest and a transform request over tiny inputs in `work`, as (request, response) paths."""
     csv = work / "input.csv"
     csv.write_text(_CSV, encoding="utf-8")
-    common = {"dataset_id": _DATASET_ID, "system_time": _SYSTEM_TIME, "next_offset": 0}
     ingest = IngestRequest(
         operation_id="warm-up-ingest",
+        dataset_id=_DATASET_ID,
         dataset_alias="warm-up.root",
-        **common,  # type: ignore[arg-type]
+        system_time=_SYSTEM_TIME,
+        next_offset=0,
         inputs=[InputFile(str(csv), _SYSTEM_TIME)],
         read={"kind": "Csv", "header": True},
         merge={"kind": "Append"},
         out_dir=str(work / "ingest-out"),
         read_schema=schema_to_text(_DATA_SCHEMA),
     )
-    slice_path = work / "slice.parquet"
-    pq.write_table(_input_slice(), slice_path)
+    slice_path, input_slice = work / "slice.parquet", _input_slice()
+    pq.write_table(input_slice, slice_path)
     transform = TransformRequest(
         operation_id="warm-up-transform",
+        dataset_id=_DATASET_ID,
         dataset_alias="warm-up.derivative",
-        **common,  # type: ignore[arg-type]
+        system_time=_SYSTEM_TIME,
+        next_offset=0,
         queries=[SqlStep(_QUERY)],
         inputs=[
             TransformInputSpec(
                 alias="warm-up.root",
                 dataset_id=_DATASET_ID,
-                schema=schema_to_text(_input_slice().schema),
+                schema=schema_to_text(input_slice.schema),
                 data_paths=[str(slice_path)],
                 offset_start=0,
                 offset_end=1,
