@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pyspark
-from machine_info import java_version
+from machine_info import cpu_seconds, java_version
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
@@ -190,20 +190,20 @@ def main() -> None:
         print(f"query: {SQL}")
         expected = expected_rows(slice_files)
         print(f"expected output: {expected.num_rows:,} rows")
-        times: dict[str, list[float]] = {"bare": [], "provider": [], "engine": []}
+        times: dict[str, list[float]] = {k: [] for k in ("bare", "provider", "engine", "bare_cpu", "cpu")}
         for rep in range(args.repeat + 1):
             label = "warm-up" if rep == 0 else f"run {rep}"
             bare_dir = work / f"bare-{rep}"
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds()
             bare_job(spark, slice_files, bare_dir)
-            bare = time.perf_counter() - t0
+            bare, bare_cpu = time.perf_counter() - t0, cpu_seconds() - c0
             name = f"notional-{time.time_ns()}"
             add_derivative(repo, name)
             options = TransformOptions(work_dir=work / "transform-work", log=lambda _line: None)
             timed = TimedRunner(runner)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), cpu_seconds()
             result = run_transform(repo, name, timed, options, system_time=T0)
-            provider = time.perf_counter() - t0
+            provider, provider_cpu = time.perf_counter() - t0, cpu_seconds() - c0
             assert result.records == expected.num_rows, (result.records, expected.num_rows)
             check(repo, name, bare_dir, expected)
             shutil.rmtree(bare_dir)
@@ -211,10 +211,13 @@ def main() -> None:
                 times["bare"].append(bare)
                 times["provider"].append(provider)
                 times["engine"].append(timed.elapsed)
+                times["bare_cpu"].append(bare_cpu)
+                times["cpu"].append(provider_cpu)
             print(
                 f"{label}: bare PySpark {bare:.2f} s, provider run_transform {provider:.2f} s "
                 f"({provider / bare:.2f}; engine request {timed.elapsed:.2f} s, coordinator "
-                f"{provider - timed.elapsed:.2f} s)"
+                f"{provider - timed.elapsed:.2f} s); CPU-seconds: bare {bare_cpu:.2f}, "
+                f"provider {provider_cpu:.2f}"
             )
             sys.stdout.flush()
         bare_median = statistics.median(times["bare"])
@@ -227,6 +230,15 @@ def main() -> None:
             f"{provider_median / bare_median:.2f}; median of the paired ratios "
             f"{statistics.median(ratios):.2f} "
             f"(range {min(ratios):.2f}-{max(ratios):.2f}); target <= 1.25; outputs checked equal"
+        )
+        cores = os.cpu_count() or 1
+        bare_cpu_median = statistics.median(times["bare_cpu"])
+        cpu_median = statistics.median(times["cpu"])
+        print(
+            f"CPU-seconds (medians): bare {bare_cpu_median:.2f} (uses {bare_cpu_median / bare_median:.2f} "
+            f"of {cores} cores), provider {cpu_median:.2f}; the provider's work alone needs at least "
+            f"{cpu_median / cores:.2f} s on {cores} cores, "
+            f"{cpu_median / cores / bare_median:.2f} x the bare job"
         )
     finally:
         if not args.dir:

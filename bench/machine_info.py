@@ -22,3 +22,20 @@ def java_version() -> str:
     """The first line of `java -version`."""
     out = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False).stderr
     return out.splitlines()[0] if out else "java ?"
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds used so far by this process and every live descendant (the local
+    Spark JVM included), so a benchmark can tell work from waiting: on a machine of C cores, a step
+    that needs W CPU-seconds cannot take less than W / C seconds of wall time."""
+    import psutil  # an Airflow dependency; imported here so the other helpers work without it
+
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from airflow_odf.odf.errors import OdfFormatError
@@ -261,7 +262,10 @@ def _prefixed(
         nulls = ~valid
         idx[nulls, 0] = 2 * n
         idx[nulls, 1] = 2 * n + 1
-    res = values.take(pa.Int64Array.from_buffers(pa.int64(), 2 * n, [None, pa.py_buffer(idx)]))
+    order = pa.Int64Array.from_buffers(pa.int64(), 2 * n, [None, pa.py_buffer(idx)])
+    # the system allocator keeps freed chunks for the next piece; Arrow's default pool (mimalloc) hands
+    # them back to the OS, and touching fresh pages again cost a third of a first hash (page faults)
+    res = pc.take(values, order, memory_pool=pa.system_memory_pool())
     bufs = res.buffers()
     total = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=(res.offset + 2 * n) * 8)[0])
     start = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=res.offset * 8)[0])
