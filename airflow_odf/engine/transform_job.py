@@ -8,19 +8,19 @@ partition by partition, each partition's rows in the order Spark produces them. 
 slice: one ExecuteTransform consumes one interval of every input, so its data is not split.
 
 How an input view gets offset order without a shuffle: slices hold contiguous offset ranges, stored in
-offset order, and the request lists them in offset order. Each slice file is read on its own and the
-reads are concatenated in that order (one read of all files would not do: Spark packs files into
-partitions largest first), so the view's partitions are the files' pieces in file order. A file larger
-than a split is read as several partitions, in byte order: Spark sorts splits by size, stably, and all
-splits of a file but the last have the same size (a test pins this down with many splits per file, on
-the pinned Spark version).
-What is checked, not assumed, before Spark reads anything: the Parquet footers must show each file's
-offsets as a gap-free range (min, max, row count) after the previous file's, and the files' offset
-columns, read on the driver row group by row group (a few ms per million rows, files in parallel), must
-count up by one from there. A file wholly inside the request's offset range is read without a filter
-(Spark then does not even decode its offsets). When the footers or the offsets do not show the order, or
-the input is many small files (a read per file costs about 0.1-0.2 s of planning and set-up), the input
-is sorted by offset instead (range partitions, sorted in parallel).
+offset order, and the request lists them in offset order. What is checked, not assumed, before Spark
+reads anything: the Parquet footers must show each file's offsets as a gap-free range (min, max, row
+count) after the previous file's, and the files' offset columns, read on the driver row group by row
+group (a few ms per million rows, files in parallel), must count up by one from there. A file wholly
+inside the request's offset range is read without a filter (Spark then does not even decode its
+offsets). The files wholly in range are read in one Spark read, one split per partition; when the
+query passes those partitions on row by row (filters, projections, unions), the plan tells which file
+and split each output partition came from, and the writer puts the partitions in offset order
+(partition_order.py). Any other query is planned again over one read per file, concatenated in offset
+order (one read of all files would not do there: Spark orders partitions largest first), so that the
+view is in offset order before Spark exchanges rows. When the footers or the offsets do not show the
+order, or the input is many small files (a read per file costs about 0.04 s of planning and set-up),
+the input is sorted by offset instead (range partitions, sorted in parallel).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.partition_order import one_split_per_partition, output_partition_keys
 from airflow_odf.engine.preprocess import run_sql
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
 from airflow_odf.engine.writer import (
@@ -67,28 +68,60 @@ class SliceRange:
     footer: pq.FileMetaData = field(compare=False, repr=False)
 
 
-def _input_view(spark: SparkSession, item: dict[str, Any]) -> DataFrame:
-    """The input's records with offsets in `[offset_start, offset_end]`, in offset order: the slices read
-    in place when their footers and offsets show that order (checked first), else sorted."""
+@dataclass(frozen=True)
+class _Input:
+    """One input of the request, checked once: its slices in offset order (`in_place`), or None when
+    they must be sorted."""
+
+    alias: str
+    struct: T.StructType
+    offset: str
+    paths: list[str]
+    start: int
+    end: int
+    in_place: list[SliceRange] | None
+
+
+def _checked_input(item: dict[str, Any]) -> _Input:
+    """The footers and offsets of the input's slices checked for offset order (see the module doc)."""
     struct = arrow_to_spark(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["schema"]))))
-    reader = spark.read.schema(struct)
     vocab = Vocabulary.from_request(item.get("vocab", {}))
-    paths = item.get("data_paths") or []
-    if not paths or item.get("offset_end") is None:
-        return spark.createDataFrame([], struct)
-    start, end = item["offset_start"], item["offset_end"]
-    offset = F.col(quote_identifier(vocab.offset))
-    in_range = offset.between(start, end)
-    ranges = slice_ranges(paths, vocab.offset) if _in_place_pays_off(paths) else None
-    wanted = [r for r in ranges or [] if r.last >= start and r.first <= end]  # others: not read at all
-    if ranges is None or not all_in_offset_order(wanted, vocab.offset):
-        return reader.parquet(*paths).filter(in_range).orderBy(offset)
-    reads = []
-    for r in wanted:
-        df = reader.parquet(r.path)
+    end = item.get("offset_end")
+    paths = (item.get("data_paths") or []) if end is not None else []
+    start = item.get("offset_start") or 0
+    in_place = None
+    if paths and _in_place_pays_off(paths):
+        ranges = slice_ranges(paths, vocab.offset)
+        wanted = [r for r in ranges or [] if r.last >= start and r.first <= end]  # others: not read
+        if ranges is not None and all_in_offset_order(wanted, vocab.offset):
+            in_place = wanted
+    return _Input(item["alias"], struct, vocab.offset, paths, start, end or 0, in_place)
+
+
+def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> DataFrame:
+    """The input's records with offsets in `[start, end]`: sorted, or the slices read in place —
+    `file_by_file` (in offset order) or the files wholly in range in one read (in Spark's partition
+    order, which `output_partition_keys` maps back to offset order)."""
+    reader = spark.read.schema(source.struct)
+    if not source.paths:
+        return spark.createDataFrame([], source.struct)
+    offset = F.col(quote_identifier(source.offset))
+    in_range = offset.between(source.start, source.end)
+    if source.in_place is None:
+        return reader.parquet(*source.paths).filter(in_range).orderBy(offset)
+    groups: list[tuple[list[str], bool]] = []  # (files, filtered to the range), in offset order
+    for r in source.in_place:
         # a file wholly in range needs no filter: Spark then does not even decode its offsets
-        reads.append(df if start <= r.first and r.last <= end else df.filter(in_range))
-    return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], struct)
+        whole = source.start <= r.first and r.last <= source.end
+        if whole and not file_by_file and groups and not groups[-1][1]:
+            groups[-1][0].append(r.path)
+        else:
+            groups.append(([r.path], not whole))
+    reads = [
+        reader.parquet(*files).filter(in_range) if filtered else reader.parquet(*files)
+        for files, filtered in groups
+    ]
+    return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], source.struct)
 
 
 def _in_place_pays_off(paths: list[str]) -> bool:
@@ -191,19 +224,47 @@ def _check_output(df: DataFrame, vocab: Vocabulary) -> DataFrame:
 def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Runs one transform request; raises EngineInputError on bad queries or output."""
     vocab = Vocabulary.from_request(request.get("vocab", {}))
-    views = {item["alias"]: _input_view(spark, item) for item in request["inputs"]}
-    result = run_sql(spark, views, request["queries"], "transform")
-    output = _check_output(normalize_timestamps(result), vocab)
-    slices, schema_file = write_in_frame_order(
-        output,
-        request["out_dir"],
-        vocab=vocab,
-        system_time=parse_time(request["system_time"]),
-        next_offset=request["next_offset"],
-    )
+    inputs = [_checked_input(item) for item in request["inputs"]]
+    in_place = [r for source in inputs for r in source.in_place or []]
+    with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
+        keys = None
+        if in_place:
+            output = _output(spark, request, inputs, vocab, file_by_file=False)
+            keys = output_partition_keys(output, _first_offsets(in_place))
+        if keys is None:  # the query exchanges rows (joins, aggregates, sorts): read file by file
+            output = _output(spark, request, inputs, vocab, file_by_file=True)
+        slices, schema_file = write_in_frame_order(
+            output,
+            request["out_dir"],
+            vocab=vocab,
+            system_time=parse_time(request["system_time"]),
+            next_offset=request["next_offset"],
+            partition_keys=keys,
+        )
     schema = pq.read_schema(schema_file).remove_metadata()
     return {
         "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
         "slices": [s.__dict__ for s in slices],
         "max_event_time": slices[0].max_event_time if slices else None,
     }
+
+
+def _output(
+    spark: SparkSession,
+    request: dict[str, Any],
+    inputs: list[_Input],
+    vocab: Vocabulary,
+    *,
+    file_by_file: bool,
+) -> DataFrame:
+    views = {source.alias: _input_view(spark, source, file_by_file=file_by_file) for source in inputs}
+    result = run_sql(spark, views, request["queries"], "transform")
+    return _check_output(normalize_timestamps(result), vocab)
+
+
+def _first_offsets(ranges: list[SliceRange]) -> dict[str, int]:
+    """Slice file name -> first offset; a name given to two different slices is left out (no keys)."""
+    firsts: dict[str, set[int]] = {}
+    for r in ranges:
+        firsts.setdefault(os.path.basename(r.path), set()).add(r.first)
+    return {name: next(iter(found)) for name, found in firsts.items() if len(found) == 1}

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -38,6 +39,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.partition_order import PartitionKey
 
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
 _PARTITION = "__odf_partition"
@@ -167,14 +169,21 @@ def _system_time_ms(system_time: datetime) -> datetime:
 
 
 def write_in_frame_order(
-    df: DataFrame, out_dir: str, *, vocab: Vocabulary, system_time: datetime, next_offset: int
+    df: DataFrame,
+    out_dir: str,
+    *,
+    vocab: Vocabulary,
+    system_time: datetime,
+    next_offset: int,
+    partition_keys: Sequence[PartitionKey] | None = None,
 ) -> tuple[list[WrittenSlice], str]:
     """Writes `df` (event time, data columns, optionally `op`) as one slice, in the frame's order.
 
-    The frame's order is partition by partition, each partition's rows in the order Spark produces them
-    (the order `monotonically_increasing_id` numbers them in). Offsets are contiguous from `next_offset`
-    in that order. Spark writes the partitions in parallel into plain (unencoded, uncompressed) part
-    files; they are then concatenated in partition order into the slice's file, adding `offset` (its
+    The frame's order is partition by partition — in partition order, or in the order of the partitions'
+    `partition_keys` when given — each partition's rows in the order Spark produces them. Offsets are
+    contiguous from `next_offset` in that order. Spark writes the partitions in parallel into plain
+    (unencoded, uncompressed) part files; they are then concatenated in that order into the slice's
+    file, adding `offset` (its
     position plus `next_offset`), `system_time` and, when the frame has none, `op` = 0 (+A): no row goes
     through one partition, no sort, no shuffle and no counting pass. The file reads back as Spark's own:
     the same Arrow types, Spark's schema metadata, snappy. Returns the slice (none when the frame is
@@ -190,7 +199,7 @@ def write_in_frame_order(
         .option("parquet.enable.dictionary", "false")
         .parquet(parts_dir)
     )
-    parts = _part_files(parts_dir)
+    parts = _part_files(parts_dir, partition_keys)
     target = os.path.join(out_dir, "data")
     os.makedirs(target, exist_ok=True)
     path = os.path.join(target, "slice.parquet")
@@ -201,14 +210,21 @@ def write_in_frame_order(
     return [_describe_slice(path, pq.ParquetFile(path).metadata, vocab)], path
 
 
-def _part_files(parts_dir: str) -> list[str]:
-    """Spark's part files in partition order (a task writes `part-<partition>-<job>[-c<n>]...parquet`)."""
+def _part_files(parts_dir: str, partition_keys: Sequence[PartitionKey] | None) -> list[str]:
+    """Spark's part files in partition order, or in their partitions' key order (a task writes
+    `part-<partition>-<job>[-c<n>]...parquet`)."""
     keyed = []
     for path in Path(parts_dir).glob("*.parquet"):
         match = _PART_FILE.fullmatch(path.name)
         if match is None:
             raise EngineInputError("internal", f"unexpected file name from Spark's writer: {path}")
-        keyed.append(((int(match.group(1)), int(match.group(2) or 0)), str(path)))
+        partition = int(match.group(1))
+        if partition_keys is not None and partition >= len(partition_keys):
+            raise EngineInputError(
+                "internal", f"Spark wrote partition {partition}; the plan showed {len(partition_keys)}"
+            )
+        key = partition_keys[partition] if partition_keys is not None else (partition,)
+        keyed.append(((key, int(match.group(2) or 0)), str(path)))
     if not keyed:
         raise EngineInputError("internal", f"Spark wrote no Parquet file into {parts_dir}")
     return [path for _, path in sorted(keyed)]

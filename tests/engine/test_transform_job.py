@@ -175,21 +175,29 @@ def _numbered_slice(path: Path, start: int, n: int, *, shuffle: bool = False, ro
 
 
 @pytest.fixture
-def views(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """How each input view of the transforms was made: "sorted", or "in place, N filtered" (files read in
-    order, N of them filtered to the offset range)."""
-    seen: list[str] = []
-    original = transform_job._input_view
+def views(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """How the input views of each attempt at the query were made (the last attempt is the one written):
+    "sorted", or "in place, N filtered, one read per file" / "..., one read of the whole files" (then
+    put in offset order by the plan's partition keys), N being the reads filtered to the offset range."""
+    attempts: list[list[str]] = []
+    output, view = transform_job._output, transform_job._input_view
 
-    def recording(spark: SparkSession, item: dict[str, Any]) -> DataFrame:
-        view = original(spark, item)
-        plan = view._jdf.queryExecution().logical().toString()
-        filters = plan.count("Filter ")
-        seen.append("sorted" if "Sort [" in plan else f"in place, {filters} filtered")
-        return view
+    def recording_output(*args: Any, **kwargs: Any) -> DataFrame:
+        attempts.append([])
+        return output(*args, **kwargs)
 
-    monkeypatch.setattr(transform_job, "_input_view", recording)
-    return seen
+    def recording_view(spark: SparkSession, source: Any, *, file_by_file: bool) -> DataFrame:
+        df = view(spark, source, file_by_file=file_by_file)
+        plan = df._jdf.queryExecution().logical().toString()
+        how = "one read per file" if file_by_file else "one read of the whole files"
+        attempts[-1].append(
+            "sorted" if "Sort [" in plan else f"in place, {plan.count('Filter ')} filtered, {how}"
+        )
+        return df
+
+    monkeypatch.setattr(transform_job, "_output", recording_output)
+    monkeypatch.setattr(transform_job, "_input_view", recording_view)
+    return attempts
 
 
 @pytest.fixture
@@ -221,11 +229,76 @@ def test_slices_read_in_place_keep_offset_order_across_many_partitions(
     response = run_request(spark, _request(tmp_path, query, [_input("t", paths, 100, 8899)]))
     assert response.get("error") is None, response
     # every file's offsets checked first, then read without a sort; the middle file is wholly in range
-    assert views == ["in place, 2 filtered"]
+    assert views == [["in place, 2 filtered, one read of the whole files"]]
     offsets, prices = _prices(response)
     expected = [float(o) for o in range(100, 8900) if o % 7 != 3]
     assert prices == expected  # the input's offset order, across files and splits
     assert offsets == list(range(10, 10 + len(expected)))
+
+
+def _growing_slices(tmp_path: Path) -> list[str]:
+    """Four slices, each larger than the one before: one Spark read of them puts the last one first."""
+    paths, start = [], 0
+    for i, rows in enumerate((500, 1000, 1500, 2000)):
+        paths.append(_numbered_slice(tmp_path / f"g{i}.parquet", start, rows))
+        start += rows
+    return paths
+
+
+def test_whole_files_read_at_once_keep_offset_order(
+    spark: SparkSession, tmp_path: Path, views: list[list[str]]
+) -> None:
+    paths = _growing_slices(tmp_path)
+    first_read = spark.read.schema(arrow_to_spark(SCHEMA)).parquet(*paths).select("offset").first()
+    assert first_read is not None and first_read[0] == 3000  # Spark on its own: the largest file first
+    query = [{"query": "SELECT event_time, symbol, price FROM t WHERE symbol <> 'S3'"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", paths, 0, 4999)]))
+    assert response.get("error") is None, response
+    assert views == [["in place, 0 filtered, one read of the whole files"]]
+    offsets, prices = _prices(response)
+    expected = [float(o) for o in range(5000) if o % 7 != 3]
+    assert prices == expected
+    assert offsets == list(range(10, 10 + len(expected)))
+
+
+def test_whole_files_read_at_once_in_a_union_of_inputs(
+    spark: SparkSession, tmp_path: Path, views: list[list[str]]
+) -> None:
+    paths = _growing_slices(tmp_path)
+    other = [_numbered_slice(tmp_path / "o.parquet", 0, 300)]
+    union = "SELECT event_time, symbol, price FROM t UNION ALL SELECT event_time, symbol, -price FROM u"
+    query = [{"query": union}]
+    inputs = [_input("t", paths, 0, 4999), _input("u", other, 0, 299)]
+    response = run_request(spark, _request(tmp_path, query, inputs))
+    assert response.get("error") is None, response
+    assert views == [["in place, 0 filtered, one read of the whole files"] * 2]
+    # the union's branches one after the other, each in its input's offset order
+    assert _prices(response)[1] == [float(o) for o in range(5000)] + [-float(o) for o in range(300)]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT event_time, symbol, sum(price) OVER (ORDER BY offset) AS price FROM t",
+        "SELECT max(event_time) AS event_time, symbol, count(*) AS price FROM t GROUP BY symbol",
+    ],
+)
+def test_queries_that_exchange_rows_read_file_by_file(
+    spark: SparkSession, tmp_path: Path, views: list[list[str]], query: str
+) -> None:
+    paths = _growing_slices(tmp_path)
+    response = run_request(spark, _request(tmp_path, [{"query": query}], [_input("t", paths, 0, 4999)]))
+    assert response.get("error") is None, response
+    # the plan of the one read is not row by row: the query is planned again over a read per file
+    assert views == [
+        ["in place, 0 filtered, one read of the whole files"],
+        ["in place, 0 filtered, one read per file"],
+    ]
+    prices = _prices(response)[1]
+    if "OVER" in query:
+        assert prices == [float(sum(range(o + 1))) for o in range(5000)]
+    else:
+        assert sorted(prices) == sorted(float(sum(1 for o in range(5000) if o % 7 == k)) for k in range(7))
 
 
 def test_identical_requests_give_identical_slices(
@@ -249,7 +322,7 @@ def test_a_slice_stored_out_of_order_is_sorted(spark: SparkSession, tmp_path: Pa
     query = [{"query": "SELECT event_time, symbol, price FROM t"}]
     response = run_request(spark, _request(tmp_path, query, [_input("t", [first, second], 10, 89)]))
     assert response.get("error") is None, response
-    assert views == ["sorted"]  # the check of the offsets found the second file out of order
+    assert views == [["sorted"]]  # the check of the offsets found the second file out of order
     offsets, prices = _prices(response)
     assert prices == [float(o) for o in range(10, 90)]
     assert offsets == list(range(10, 90))
@@ -265,7 +338,7 @@ def test_row_groups_stored_out_of_order_are_sorted(
     assert pq.ParquetFile(path).metadata.num_row_groups == 2
     query = [{"query": "SELECT event_time, symbol, price FROM t"}]
     response = run_request(spark, _request(tmp_path, query, [_input("t", [str(path)], 0, 99)]))
-    assert views == ["sorted"]
+    assert views == [["sorted"]]
     assert _prices(response) == (list(range(10, 110)), [float(o) for o in range(100)])
 
 
@@ -274,7 +347,7 @@ def test_slices_listed_out_of_order_are_sorted(spark: SparkSession, tmp_path: Pa
     second = _numbered_slice(tmp_path / "b.parquet", 20, 20)
     query = [{"query": "SELECT event_time, symbol, price FROM t"}]
     response = run_request(spark, _request(tmp_path, query, [_input("t", [second, first], 0, 39)]))
-    assert views == ["sorted"]  # the footers do not show the order the request lists them in
+    assert views == [["sorted"]]  # the footers do not show the order the request lists them in
     assert _prices(response)[1] == [float(o) for o in range(40)]
 
 
