@@ -1,7 +1,7 @@
 """Copying a dataset between stores (push and pull) by the Simple Transfer Protocol, verified on arrival.
 
 The source is untrusted: every block is re-hashed against its name, decoded and validated against
-the chain rules, and every data file and checkpoint is hashed and sized against the block that
+the chain rules (before any object is copied), and every data file and checkpoint is hashed and sized against the block that
 declares it before the destination accepts it. The destination changes in the spec's order for stores
 without transactions: data and checkpoints first (in parallel, skipping what is already there, so an
 interrupted transfer resumes without re-sending), then the blocks verbatim, then `refs/head` by
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_odf.odf import model
+from airflow_odf.odf.chain_rules import ChainState, apply_block
 from airflow_odf.odf.dataset import CorruptDatasetError, Dataset
 from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, OdfError
 from airflow_odf.odf.flatbuffers_codec import decode_block
@@ -225,6 +226,17 @@ class _Transfer:
         )
 
 
+def _check_chain_rules(source: Dataset, destination: Dataset, diff: ChainDiff, replace: bool) -> None:
+    """The received blocks must extend the destination's chain (or, replacing it, make a chain from a
+    Seed) by the chain rules: checked before anything is written."""
+    state = ChainState() if replace else destination.state()
+    try:
+        for h, _raw, block in diff.blocks:
+            state = apply_block(state, block, h)
+    except ChainRuleError as e:
+        raise TamperedObjectError(f"source {source.store!r}: its blocks break the chain rules: {e}") from None
+
+
 def _check_same_dataset(
     blocks: list[tuple[Multihash, bytes, model.MetadataBlock]], destination: Dataset
 ) -> None:
@@ -333,6 +345,8 @@ def transfer(
         f"{len(diff.blocks)} block(s), {len(missing)} of {len(objects)} object(s) to transfer "
         f"({sum(o.size for o in missing)} bytes)"
     )
+    replace = diff.comparison is not Comparison.AHEAD
+    _check_chain_rules(source, destination, diff, replace)
     staging = _staging_dir(destination, work_dir)
     try:
         sizes = _run_bounded(_Transfer(source, destination, staging), missing, max_parallel)
@@ -340,9 +354,7 @@ def transfer(
         shutil.rmtree(staging, ignore_errors=True)
     try:
         commit = destination.append_block_bytes(
-            [raw for _h, raw, _b in diff.blocks],
-            expected_head=diff.destination_head,
-            replace=diff.comparison is not Comparison.AHEAD,
+            [raw for _h, raw, _b in diff.blocks], expected_head=diff.destination_head, replace=replace
         )
     except ChainRuleError as e:
         raise TamperedObjectError(f"source {source.store!r}: its blocks break the chain rules: {e}") from None

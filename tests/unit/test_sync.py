@@ -13,6 +13,7 @@ import pytest
 
 from airflow_odf.odf import model
 from airflow_odf.odf.dataset import Dataset, StagedObject
+from airflow_odf.odf.flatbuffers_codec import block_hash, encode_block
 from airflow_odf.odf.integrity import verify_integrity
 from airflow_odf.odf.multiformats import DatasetId
 from airflow_odf.odf.storage import LocalObjectStore
@@ -26,7 +27,17 @@ from airflow_odf.odf.sync import (
     sync,
 )
 from airflow_odf.odf.timestamps import Timestamp
-from tests.unit.test_dataset import T1, add_data, data_file, files, open_dataset, rich_dataset
+from tests.unit.test_dataset import (
+    SCHEMA,
+    SEED,
+    T0,
+    T1,
+    add_data,
+    data_file,
+    files,
+    open_dataset,
+    rich_dataset,
+)
 
 
 def grow(dataset: Dataset, staging: Path, n: int, tag: str) -> None:
@@ -113,6 +124,26 @@ def test_a_tampered_block_is_rejected(tmp_path: Path, source: Dataset) -> None:
     with pytest.raises(TamperedObjectError, match=f"block {h} is corrupt"):
         sync(source, dst)
     assert dst.head() is None and files(tmp_path / "dst", "blocks") == {}
+
+
+def test_blocks_breaking_the_chain_rules_are_refused_before_any_object_moves(tmp_path: Path) -> None:
+    """Each block hashes right, but the AddData claims earlier data that never was (prevOffset 99)."""
+    source = open_dataset(tmp_path / "src")
+    source.commit([SEED, SCHEMA], system_time=T0, expected_head=None)
+    path, ph = data_file(tmp_path / "staging", b"forged" * 100)
+    source.store.put_file(f"data/{ph}", path)
+    event = dataclasses.replace(add_data(source.state(), ph, path.stat().st_size, 5), prev_offset=99)
+    head = source.head()
+    raw = encode_block(
+        model.MetadataBlock(system_time=T1, prev_block_hash=head, sequence_number=2, event=event)
+    )
+    source.store.put(f"blocks/{block_hash(raw)}", raw)
+    source.store.compare_and_swap("refs/head", str(head).encode(), str(block_hash(raw)).encode())
+    dst = open_dataset(tmp_path / "dst")
+    with pytest.raises(TamperedObjectError, match="break the chain rules"):
+        sync(source, dst)
+    assert dst.head() is None
+    assert files(tmp_path / "dst", "data") == {} and files(tmp_path / "dst", "blocks") == {}
 
 
 def test_a_missing_object_fails_before_any_block_is_written(tmp_path: Path, source: Dataset) -> None:
