@@ -1,12 +1,12 @@
 """Copying a dataset between stores (push and pull) by the Simple Transfer Protocol, verified on arrival.
 
 The source is untrusted: every block is re-hashed against its name, decoded and validated against
-the chain rules (before any object is copied), and every data file and checkpoint is hashed and sized against the block that
-declares it before the destination accepts it. The destination changes in the spec's order for stores
-without transactions: data and checkpoints first (in parallel, skipping what is already there, so an
-interrupted transfer resumes without re-sending), then the blocks verbatim, then `refs/head` by
-compare-and-swap against the head seen at the start. Until that last step nothing refers to what was
-copied; of two racing writers only one moves the head.
+the chain rules (before any object is copied), and every data file and checkpoint is hashed and sized
+against the block that declares it before the destination accepts it. The destination changes in the
+spec's order for stores without transactions: data and checkpoints first (in parallel, skipping what is
+already there, so an interrupted transfer resumes without re-sending), then the blocks verbatim, then
+`refs/head` by compare-and-swap against the head seen at the start. Until that last step nothing refers
+to what was copied; of two racing writers only one moves the head.
 """
 
 from __future__ import annotations
