@@ -40,7 +40,11 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
-from airflow_odf.engine.partition_order import one_split_per_partition, output_partition_keys
+from airflow_odf.engine.partition_order import (
+    PartitionKey,
+    one_split_per_partition,
+    output_partition_keys,
+)
 from airflow_odf.engine.preprocess import run_sql
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
 from airflow_odf.engine.writer import (
@@ -226,21 +230,27 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocabulary.from_request(request.get("vocab", {}))
     inputs = [_checked_input(item) for item in request["inputs"]]
     in_place = [r for source in inputs for r in source.in_place or []]
-    with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
-        keys = None
-        if in_place:
+    if in_place:
+        with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
             output = _output(spark, request, inputs, vocab, file_by_file=False)
             keys = output_partition_keys(output, _first_offsets(in_place))
-        if keys is None:  # the query exchanges rows (joins, aggregates, sorts): read file by file
-            output = _output(spark, request, inputs, vocab, file_by_file=True)
-        slices, schema_file = write_in_frame_order(
-            output,
-            request["out_dir"],
-            vocab=vocab,
-            system_time=parse_time(request["system_time"]),
-            next_offset=request["next_offset"],
-            partition_keys=keys,
-        )
+            if keys is not None:
+                return _written(output, request, vocab, keys)
+    # the query exchanges rows (joins, aggregates, windows, sorts), or an input is sorted: a read per file
+    return _written(_output(spark, request, inputs, vocab, file_by_file=True), request, vocab, None)
+
+
+def _written(
+    output: DataFrame, request: dict[str, Any], vocab: Vocabulary, keys: list[PartitionKey] | None
+) -> dict[str, Any]:
+    slices, schema_file = write_in_frame_order(
+        output,
+        request["out_dir"],
+        vocab=vocab,
+        system_time=parse_time(request["system_time"]),
+        next_offset=request["next_offset"],
+        partition_keys=keys,
+    )
     schema = pq.read_schema(schema_file).remove_metadata()
     return {
         "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
