@@ -36,6 +36,11 @@ _MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
 _NEVER_PACK = 1 << 50
 
 
+def can_read_plans(spark: SparkSession) -> bool:
+    """Whether the session's JVM objects are reachable (a classic session; not Spark Connect)."""
+    return getattr(spark, "_jsparkSession", None) is not None
+
+
 @contextmanager
 def one_split_per_partition(spark: SparkSession, file_sizes: list[int]) -> Iterator[None]:
     """For the body's file reads: splits as large as Spark would make them for files of `file_sizes`,

@@ -42,6 +42,7 @@ from pyspark.sql import types as T
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.partition_order import (
     PartitionKey,
+    can_read_plans,
     one_split_per_partition,
     output_partition_keys,
 )
@@ -230,7 +231,7 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocabulary.from_request(request.get("vocab", {}))
     inputs = [_checked_input(item) for item in request["inputs"]]
     in_place = [r for source in inputs for r in source.in_place or []]
-    if in_place:
+    if in_place and can_read_plans(spark):
         with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
             output = _output(spark, request, inputs, vocab, file_by_file=False)
             keys = output_partition_keys(output, _first_offsets(in_place))
