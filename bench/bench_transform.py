@@ -14,7 +14,8 @@ each interleaved pair (robust when the load of a shared machine drifts during th
 derivative's rows are exactly, in order, the filter + projection of the input in offset order
 (computed with pyarrow), and the same multiset of rows as the bare job's output; its offsets are
 contiguous from 0. Also shown: how much of A is the engine request (the rest is the coordinator's:
-planning, both hashes of the output, the commit).
+planning, both hashes of the output, the commit), and the CPU-seconds of A and B (this process and the
+local Spark JVM): A's CPU-seconds over the core count are the least wall time A could take.
 
 Usage: .venv/bin/python bench/bench_transform.py [--rows N] [--slices S] [--repeat K] [--dir DIR]
 """
