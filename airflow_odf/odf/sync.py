@@ -229,7 +229,8 @@ class _Transfer:
 def _check_chain_rules(source: Dataset, destination: Dataset, diff: ChainDiff, replace: bool) -> None:
     """The received blocks must extend the destination's chain (or, replacing it, make a chain from a
     Seed) by the chain rules: checked before anything is written."""
-    state = ChainState() if replace else destination.state()
+    empty = replace or diff.destination_head is None  # then nothing is read (or cached) there
+    state = ChainState() if empty else destination.state()
     try:
         for h, _raw, block in diff.blocks:
             state = apply_block(state, block, h)
