@@ -44,11 +44,17 @@ def can_read_plans(spark: SparkSession) -> bool:
 @contextmanager
 def one_split_per_partition(spark: SparkSession, file_sizes: list[int]) -> Iterator[None]:
     """For the body's file reads: splits as large as Spark would make them for files of `file_sizes`,
-    each in a partition of its own (the session's settings are restored afterwards)."""
-    conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
-    open_cost, max_bytes = conf.filesOpenCostInBytes(), conf.filesMaxPartitionBytes()
-    minimum = conf.filesMinPartitionNum()
-    parallelism = minimum.get() if minimum.isDefined() else spark.sparkContext.defaultParallelism
+    each in a partition of its own (the session's settings are restored afterwards). A Spark whose
+    settings cannot be read this way is left as it is: keys then come from its own partitions, and
+    there are none where it packed several files into one."""
+    try:
+        conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
+        open_cost, max_bytes = conf.filesOpenCostInBytes(), conf.filesMaxPartitionBytes()
+        minimum = conf.filesMinPartitionNum()
+        parallelism = minimum.get() if minimum.isDefined() else spark.sparkContext.defaultParallelism
+    except Py4JError:
+        yield
+        return
     # Spark's own split size (FilePartition.maxSplitBytes)
     total = sum(file_sizes) + open_cost * len(file_sizes)
     split = min(max_bytes, max(open_cost, total // max(1, parallelism)))
