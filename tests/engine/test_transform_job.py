@@ -245,18 +245,20 @@ def _growing_slices(tmp_path: Path) -> list[str]:
     return paths
 
 
+@pytest.mark.parametrize(("start", "end", "filtered"), [(0, 4999, 0), (100, 4899, 2)])
 def test_whole_files_read_at_once_keep_offset_order(
-    spark: SparkSession, tmp_path: Path, views: list[list[str]]
+    spark: SparkSession, tmp_path: Path, views: list[list[str]], start: int, end: int, filtered: int
 ) -> None:
     paths = _growing_slices(tmp_path)
     first_read = spark.read.schema(arrow_to_spark(SCHEMA)).parquet(*paths).select("offset").first()
     assert first_read is not None and first_read[0] == 3000  # Spark on its own: the largest file first
     query = [{"query": "SELECT event_time, symbol, price FROM t WHERE symbol <> 'S3'"}]
-    response = run_request(spark, _request(tmp_path, query, [_input("t", paths, 0, 4999)]))
+    response = run_request(spark, _request(tmp_path, query, [_input("t", paths, start, end)]))
     assert response.get("error") is None, response
-    assert views == [["in place, 0 filtered, one read of the whole files"]]
+    # with a narrower range, the first and last files are read filtered, the middle two at once
+    assert views == [[f"in place, {filtered} filtered, one read of the whole files"]]
     offsets, prices = _prices(response)
-    expected = [float(o) for o in range(5000) if o % 7 != 3]
+    expected = [float(o) for o in range(start, end + 1) if o % 7 != 3]
     assert prices == expected
     assert offsets == list(range(10, 10 + len(expected)))
 
