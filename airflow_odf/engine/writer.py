@@ -10,9 +10,10 @@ frame is range-partitioned, each partition is counted, and each row's offset is 
 plus its position in the partition. Each written file holds a contiguous offset range and becomes one
 slice.
 
-Transform (`write_in_frame_order`): offsets follow the frame's own order (partition by partition) and the
-output is one slice. The partitions are written in parallel as part files, then concatenated in
-partition order into the slice while the offsets are set: no sort, no shuffle, no counting pass.
+Transform (`write_in_frame_order`): offsets follow the frame's own order (partition by partition, in
+partition order or in the order of keys the caller gives) and the output is one slice. The partitions
+are written in parallel as part files, then concatenated in that order into the slice while the offsets
+are set: no sort, no shuffle, no counting pass.
 
 The numbers the core needs are read from the Parquet footers, not by another pass over the data.
 """
@@ -183,11 +184,10 @@ def write_in_frame_order(
     `partition_keys` when given — each partition's rows in the order Spark produces them. Offsets are
     contiguous from `next_offset` in that order. Spark writes the partitions in parallel into plain
     (unencoded, uncompressed) part files; they are then concatenated in that order into the slice's
-    file, adding `offset` (its
-    position plus `next_offset`), `system_time` and, when the frame has none, `op` = 0 (+A): no row goes
-    through one partition, no sort, no shuffle and no counting pass. The file reads back as Spark's own:
-    the same Arrow types, Spark's schema metadata, snappy. Returns the slice (none when the frame is
-    empty) and a file holding the schema.
+    file, adding `offset` (its position plus `next_offset`), `system_time` and, when the frame has none,
+    `op` = 0 (+A): no row goes through one partition, no sort, no shuffle and no counting pass. The file
+    reads back as Spark's own: the same Arrow types, Spark's schema metadata, snappy. Returns the slice
+    (none when the frame is empty) and a file holding the schema.
     """
     data_columns = [F.col(f"`{c}`") for c in df.columns if c not in (vocab.op, vocab.event_time)]
     op = [F.col(f"`{vocab.op}`").cast("int").alias(vocab.op)] if vocab.op in df.columns else []
