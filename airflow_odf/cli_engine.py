@@ -46,8 +46,11 @@ class LazyRunner:
             from airflow_odf.odf.engine_runner import SparkSubmitRunner
 
             return SparkSubmitRunner(self._master, log=lambda line: print(line, file=sys.stderr))
-        from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
+        from airflow_odf.odf.engine_runner import require_local_spark
         from airflow_odf.odf.engine_start import fast_start_conf
+
+        require_local_spark()
+        from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
 
         return LocalSparkRunner(self._master, fast_start_conf({}, self._master, None))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Protocol
 
 import airflow_odf
-from airflow_odf.odf.engine_start import fast_start_conf
+from airflow_odf.odf.engine_start import fast_start_conf, local_spark_problem
 from airflow_odf.odf.errors import OdfError
 
 _log = logging.getLogger(__name__)
@@ -27,6 +27,14 @@ PACKAGE_DIR = Path(airflow_odf.__file__).resolve().parent
 
 class EngineRunError(OdfError):
     """The engine process failed before it could answer (crash, missing spark-submit, ...)."""
+
+
+def require_local_spark() -> None:
+    """Fails with what to install when this machine cannot start a local Spark session (called before
+    the in-process engine imports pyspark: the Spark Connect client alone has the module, not Spark)."""
+    problem = local_spark_problem()
+    if problem is not None:
+        raise EngineRunError(problem)
 
 
 class EngineRunner(Protocol):

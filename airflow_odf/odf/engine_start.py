@@ -87,6 +87,19 @@ def spark_home() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def local_spark_problem() -> str | None:
+    """Why a local Spark session cannot start here, or None: it needs Spark's jars, which the full
+    pyspark package (the `spark` extra) or a Spark installation in $SPARK_HOME brings."""
+    home = spark_home()
+    if home is not None and (home / "jars").is_dir():
+        return None
+    where = f"{home} has no jars/ folder" if home is not None else "pyspark is not installed"
+    return (
+        f"local Spark needs Spark's jars and {where}: install the full pyspark with "
+        "`pip install 'airflow-provider-odf[spark]'`, or set SPARK_HOME to a Spark installation"
+    )
+
+
 def java_executable() -> Path | None:
     """The `java` Spark's launcher uses: $JAVA_HOME/bin/java, else the one on PATH."""
     if os.environ.get("JAVA_HOME"):

@@ -20,7 +20,7 @@ from airflow_odf.assets import odf_asset
 from airflow_odf.exceptions import airflow_error
 from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.links import OdfDatasetLink
-from airflow_odf.odf.engine_runner import EngineRunner
+from airflow_odf.odf.engine_runner import EngineRunner, require_local_spark
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repository import DatasetNotFoundError, Repository
 
@@ -85,6 +85,7 @@ class OdfBaseOperator(BaseOperator):
         from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner, with_fast_start
 
         if self.engine == "local":
+            require_local_spark()
             from airflow_odf.engine.local_runner import LocalSparkRunner  # pyspark in the worker
 
             master = self.spark_conf.get("spark.master", "local[*]")

@@ -3,12 +3,15 @@ archive of a Spark and Java installation lives (the archive itself: tests/integr
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
 
 import pytest
 
+from airflow_odf.cli_engine import LazyRunner
+from airflow_odf.odf.engine_runner import EngineRunError
 from airflow_odf.odf.engine_start import (
     CLIENT_JIT_ONLY,
     DRIVER_JAVA_OPTIONS,
@@ -17,6 +20,7 @@ from airflow_odf.odf.engine_start import (
     class_archive_path,
     fast_start_conf,
     is_local_master,
+    local_spark_problem,
     request_input_bytes,
 )
 
@@ -194,3 +198,18 @@ def test_cache_dir_defaults_to_the_xdg_cache(tmp_path: Path, monkeypatch: pytest
     assert cache_dir() == tmp_path / "xdg" / "airflow-odf"
     monkeypatch.setenv("ODF_CACHE_DIR", str(tmp_path / "odf"))
     assert cache_dir() == tmp_path / "odf"
+
+
+def test_local_spark_needs_the_jars_of_the_full_pyspark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    assert local_spark_problem() is None  # the full pyspark of the test environment has its jars
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))  # e.g. only the Spark Connect client
+    problem = local_spark_problem()
+    assert problem is not None and f"{tmp_path} has no jars/ folder" in problem
+    assert "pip install 'airflow-provider-odf[spark]'" in problem
+    with pytest.raises(EngineRunError, match=r"airflow-provider-odf\[spark\]"):
+        LazyRunner(argparse.Namespace(engine="local", master=None)).run("{}", tmp_path)
+    (tmp_path / "jars").mkdir()
+    assert local_spark_problem() is None
