@@ -54,16 +54,12 @@ class SparkSubmitEngineRunner:
         host = connection.host or ""
         return f"{host}:{connection.port}" if connection.port else host
 
-    def submit_conf(self, master: str, request_json: str) -> dict[str, Any]:
-        """The job's Spark conf: ours and the user's, plus the fast-start options where they apply."""
-        return with_fast_start(self.conf, master, request_json)
-
     def run(self, request_json: str, work_dir: Path) -> str:
         master = self._master()
         request_path, response_path = work_dir / "request.json", work_dir / "response.json"
         request_path.write_text(request_json, encoding="utf-8")
         self._hook = SparkSubmitHook(
-            conf=self.submit_conf(master, request_json),
+            conf=with_fast_start(self.conf, master, request_json),
             conn_id=self.conn_id,
             py_files=str(package_archive(work_dir.parent / "py-files")),
             name=self.name,

@@ -241,19 +241,19 @@ def test_fast_start_conf_follows_the_master_and_the_odf_config(
     try:
         runner = SparkSubmitEngineRunner(conf={"spark.driver.extraJavaOptions": "-Dmine=1"})
         small = json.dumps({"inputs": []})
-        assert runner.submit_conf("local[2]", small) == {
+        assert with_fast_start(runner.conf, "local[2]", small) == {
             "spark.ui.enabled": "false",
             "spark.driver.extraJavaOptions": (
                 f"-XX:SharedArchiveFile={archive} -XX:TieredStopAtLevel=1 -Dmine=1"
             ),
         }
-        assert runner.submit_conf("spark://127.0.0.1:7077", small) == runner.conf
+        assert with_fast_start(runner.conf, "spark://127.0.0.1:7077", small) == runner.conf
         # engine="local": the worker's own session gets the archive (its requests are not known yet)
         assert with_fast_start({}, "local[*]", None) == {
             "spark.driver.extraJavaOptions": f"-XX:SharedArchiveFile={archive}"
         }
         monkeypatch.setenv("AIRFLOW__ODF__ENGINE_FAST_START", "False")
-        assert runner.submit_conf("local[2]", small) == runner.conf
+        assert with_fast_start(runner.conf, "local[2]", small) == runner.conf
         assert with_fast_start({}, "local[*]", None) == {}
     finally:
         archive.unlink()
