@@ -11,9 +11,10 @@ plus its position in the partition. Each written file holds a contiguous offset 
 slice.
 
 Transform (`write_in_frame_order`): offsets follow the frame's own order (partition by partition, in
-partition order or in the order of keys the caller gives) and the output is one slice. The partitions
-are written in parallel as part files, then concatenated in that order into the slice while the offsets
-are set: no sort, no shuffle, no counting pass.
+partition order or in the order of keys the caller gives) and the output is one slice. Spark writes the
+partitions in parallel as part files; their column chunks are then spliced, as they are, in that order
+with the system columns into the slice (`parquet_splice`): no sort, no shuffle, no counting pass, and no
+decoding or encoding of the data again.
 
 The numbers the core needs are read from the Parquet footers, not by another pass over the data.
 """
@@ -39,15 +40,16 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_odf.engine import thrift_compact as tc
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.parquet_splice import ParquetSource, Side, SpliceError, splice
 from airflow_odf.engine.partition_order import PartitionKey
 
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
 _PARTITION = "__odf_partition"
 _POSITION = "__odf_position"
-# A concatenated slice's row groups: pyarrow's default row count, and Spark's default size in bytes.
-_ROW_GROUP_ROWS = 1024 * 1024
-_ROW_GROUP_BYTES = 128 * 1024 * 1024
+# pyarrow's largest row group (the system columns' row groups match the parts')
+_MAX_ROW_GROUP_ROWS = 64 * 1024 * 1024
 _PART_FILE = re.compile(r"part-(\d+)-.*?(?:-c(\d+))?\.[^/]*parquet$")
 
 
@@ -182,32 +184,45 @@ def write_in_frame_order(
 
     The frame's order is partition by partition — in partition order, or in the order of the partitions'
     `partition_keys` when given — each partition's rows in the order Spark produces them. Offsets are
-    contiguous from `next_offset` in that order. Spark writes the partitions in parallel into plain
-    (unencoded, uncompressed) part files; they are then concatenated in that order into the slice's
-    file, adding `offset` (its position plus `next_offset`), `system_time` and, when the frame has none,
-    `op` = 0 (+A): no row goes through one partition, no sort, no shuffle and no counting pass. The file
-    reads back as Spark's own: the same Arrow types, Spark's schema metadata, snappy. Returns the slice
-    (none when the frame is empty) and a file holding the schema.
+    contiguous from `next_offset` in that order. Spark writes the partitions in parallel into part
+    files; their row groups are then spliced in that order into the slice's file, next to the added
+    `offset` (its position plus `next_offset`), `system_time` and, when the frame has none, `op` = 0 (+A):
+    no row goes through one partition, no sort, no shuffle and no counting pass. The file is Spark's own
+    but for the system columns: its encodings, its schema metadata, snappy. Returns the slice (none when
+    the frame is empty) and a file holding the schema.
     """
     data_columns = [F.col(f"`{c}`") for c in df.columns if c not in (vocab.op, vocab.event_time)]
     op = [F.col(f"`{vocab.op}`").cast("int").alias(vocab.op)] if vocab.op in df.columns else []
     frame = df.select(*op, F.col(f"`{vocab.event_time}`"), *data_columns)
     parts_dir = os.path.join(out_dir, "parts")
-    (
-        frame.write.mode("overwrite")
-        .option("compression", "none")
-        .option("parquet.enable.dictionary", "false")
-        .parquet(parts_dir)
-    )
+    # the slice keeps these column chunks: snappy, row groups no longer than the system columns' writer
+    # allows, and no dictionary where one would overflow and be thrown away (Spark's writer tries, at a
+    # cost: a third of its time in the benchmark)
+    parts_writer = frame.write.mode("overwrite").option("parquet.block.row.count.limit", _MAX_ROW_GROUP_ROWS)
+    for name in _plain_columns(frame.schema):
+        parts_writer = parts_writer.option(f"parquet.enable.dictionary#{name}", "false")
+    parts_writer.parquet(parts_dir)
     parts = _part_files(parts_dir, partition_keys)
     target = os.path.join(out_dir, "data")
     os.makedirs(target, exist_ok=True)
     path = os.path.join(target, "slice.parquet")
-    rows = _concatenate(parts, path, vocab, _system_time_ms(system_time), next_offset)
+    rows = _assemble(parts, path, vocab, _system_time_ms(system_time), next_offset)
     shutil.rmtree(parts_dir, ignore_errors=True)
     if not rows:
         return [], path  # a file with the schema and no row group
     return [_describe_slice(path, pq.ParquetFile(path).metadata, vocab)], path
+
+
+def _plain_columns(schema: T.StructType) -> list[str]:
+    """The top-level columns of 64-bit numbers, floats and timestamps: values that seldom repeat, so a
+    dictionary of them outgrows its page and is dropped after it was built."""
+    wide = (T.LongType, T.DoubleType, T.FloatType, T.TimestampType, T.TimestampNTZType)
+    return [
+        f.name
+        for f in schema.fields
+        if isinstance(f.dataType, wide)
+        or (isinstance(f.dataType, T.DecimalType) and f.dataType.precision > 9)
+    ]
 
 
 def _part_files(parts_dir: str, partition_keys: Sequence[PartitionKey] | None) -> list[str]:
@@ -269,72 +284,74 @@ def _slice_layout(part_schema: pa.Schema, vocab: Vocabulary) -> _SliceLayout:
     return _SliceLayout(schema, metadata, has_op)
 
 
-def _parquet_writer(path: str, layout: _SliceLayout, vocab: Vocabulary, part: str) -> pq.ParquetWriter:
-    """A writer whose file reads back as Spark's do: the same types (decimals of up to 18 digits as
-    integers, as Spark writes them), no Arrow schema of its own, Spark's metadata, snappy.
-
-    Encodings: `offset` is delta-encoded (it counts up by one: next to nothing stored); dictionaries for
-    the constant system columns and for the columns whose values tend to repeat (strings, binary,
-    booleans, 32-bit and narrower numbers, dates); 64-bit numbers, timestamps and floats are stored
-    plain, as a dictionary of them overflows and is thrown away (what Spark's writer does, at a cost).
-    """
-    dictionary = {vocab.op, vocab.system_time}
-    for column in pq.ParquetFile(part).schema:  # the part's leaf columns, as the slice names them
-        if column.physical_type in ("BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY", "BOOLEAN", "INT32"):
-            dictionary.add(column.path)
-    options: dict[str, object] = {
-        "compression": "snappy",
-        "store_schema": False,
-        "use_dictionary": sorted(dictionary - {vocab.offset}),
-        "column_encoding": {vocab.offset: "DELTA_BINARY_PACKED"},
-    }
-    if "store_decimal_as_integer" in pq.ParquetWriter.__init__.__code__.co_varnames:
-        options["store_decimal_as_integer"] = True
-    writer = pq.ParquetWriter(path, layout.schema, **options)
-    if layout.metadata:
-        writer.add_key_value_metadata(layout.metadata)
-    return writer
-
-
-def _concatenate(
-    parts: list[str], path: str, vocab: Vocabulary, system_time: datetime, next_offset: int
-) -> int:
-    """Concatenates the part files' rows in order into `path`, adding the offsets (from `next_offset`), the
-    system time and `op` if missing; returns the row count. Streams: about one row group of the slice is
-    held in memory. With no rows, the file holds only the schema."""
-    layout = _slice_layout(pq.read_schema(parts[0]), vocab)
-    system_ms = (system_time - _EPOCH) // timedelta(milliseconds=1)
-    system_type = layout.schema.field(vocab.system_time).type
-    writer = _parquet_writer(path, layout, vocab, parts[0])
-    pending: list[pa.RecordBatch] = []
-    rows, pending_rows, pending_bytes = 0, 0, 0
+def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datetime, next_offset: int) -> int:
+    """Splices the part files' row groups, in order, with the system columns into the slice at `path`:
+    `offset` (from `next_offset`), `system_time` and `op` if missing, encoded here with row groups of
+    the parts' sizes; Spark's column chunks are copied as they are. Returns the row count. With no rows,
+    the file holds only the schema."""
     try:
-        for part in parts:
-            with pq.ParquetFile(part) as source:
-                if source.metadata.num_rows == 0:
-                    continue
-                for batch in source.iter_batches(batch_size=_ROW_GROUP_ROWS):
-                    n, start = batch.num_rows, next_offset + rows
-                    offsets = pa.array(np.arange(start, start + n, dtype=np.int64))
-                    system = pa.array(np.full(n, system_ms, dtype=np.int64)).cast(system_type)
-                    if layout.has_op:
-                        columns = [offsets, batch.column(0), system, *batch.columns[1:]]
-                    else:
-                        columns = [offsets, pa.array(np.zeros(n, dtype=np.int32)), system, *batch.columns]
-                    pending.append(pa.RecordBatch.from_arrays(columns, schema=layout.schema))
-                    rows, pending_rows, pending_bytes = (
-                        rows + n,
-                        pending_rows + n,
-                        pending_bytes + batch.nbytes,
-                    )
-                    if pending_rows >= _ROW_GROUP_ROWS or pending_bytes >= _ROW_GROUP_BYTES:
-                        writer.write_table(pa.Table.from_batches(pending), row_group_size=pending_rows)
-                        pending, pending_rows, pending_bytes = [], 0, 0
-        if pending:
-            writer.write_table(pa.Table.from_batches(pending), row_group_size=pending_rows)
-    finally:
-        writer.close()
-    return rows
+        sources = [ParquetSource.open(part) for part in parts]
+        schema = _schema_bytes(sources[0])
+        for source in sources[1:]:
+            if _schema_bytes(source) != schema:
+                raise SpliceError(f"{source.path} has another schema than {sources[0].path}")
+        data = Side(sources[0], [(source, i) for source in sources for i in range(len(source.row_groups))])
+        layout = _slice_layout(pq.read_schema(parts[0]), vocab)
+        system_path = os.path.join(os.path.dirname(parts[0]), "system-columns.parquet")
+        row_counts = [source.num_rows(i) for source, i in data.row_groups]
+        _write_system_columns(system_path, layout, vocab, row_counts, system_time, next_offset)
+        system_source = ParquetSource.open(system_path)
+        system = Side(system_source, [(system_source, i) for i in range(len(row_counts))])
+        # sides: 0 = Spark's parts (the slice keeps their root element and creator), 1 = system columns
+        if layout.has_op:  # system file: offset, system_time; parts: op, event time, data
+            order = [(1, 0), (0, 0), (1, 1)] + [(0, i) for i in range(1, len(data.schema.fields))]
+        else:  # system file: offset, op, system_time; parts: event time, data
+            order = [(1, 0), (1, 1), (1, 2)] + [(0, i) for i in range(len(data.schema.fields))]
+        return splice(path, [data, system], order, key_value_metadata=layout.metadata)
+    except SpliceError as e:
+        raise EngineInputError(
+            "internal", f"cannot assemble the slice from Spark's part files: {e}"
+        ) from None
+
+
+def _schema_bytes(source: ParquetSource) -> list[bytes]:
+    return [tc.encode(element) for field in source.fields for element in field.elements]
+
+
+def _write_system_columns(
+    path: str,
+    layout: _SliceLayout,
+    vocab: Vocabulary,
+    row_counts: list[int],
+    system_time: datetime,
+    next_offset: int,
+) -> None:
+    """The slice's system columns, one row group per count: `offset` delta-encoded (it counts up by one:
+    next to nothing stored), the constant `system_time` and `op` (+A) as dictionaries."""
+    names = (
+        [vocab.offset, vocab.system_time] if layout.has_op else [vocab.offset, vocab.op, vocab.system_time]
+    )
+    schema = pa.schema([layout.schema.field(name) for name in names])
+    system_ms = (system_time - _EPOCH) // timedelta(milliseconds=1)
+    start = next_offset
+    with pq.ParquetWriter(
+        path,
+        schema,
+        compression="snappy",
+        store_schema=False,
+        use_dictionary=[vocab.op, vocab.system_time],
+        column_encoding={vocab.offset: "DELTA_BINARY_PACKED"},
+    ) as writer:
+        for n in row_counts:
+            columns = {
+                vocab.offset: pa.array(np.arange(start, start + n, dtype=np.int64)),
+                vocab.op: pa.array(np.zeros(n, dtype=np.int32)),
+                vocab.system_time: pa.array(np.full(n, system_ms, dtype=np.int64)).cast(
+                    schema.field(vocab.system_time).type
+                ),
+            }
+            writer.write_table(pa.table([columns[name] for name in names], schema=schema), row_group_size=n)
+            start += n
 
 
 def write_slices(

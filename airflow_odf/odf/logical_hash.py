@@ -262,20 +262,66 @@ def _prefixed(
         nulls = ~valid
         idx[nulls, 0] = 2 * n
         idx[nulls, 1] = 2 * n + 1
-    order = pa.Int64Array.from_buffers(pa.int64(), 2 * n, [None, pa.py_buffer(idx)])
-    # the system allocator keeps freed chunks for the next piece; Arrow's default pool (mimalloc) hands
-    # them back to the OS, and touching fresh pages again cost a third of a first hash (page faults)
-    res = pc.take(values, order, memory_pool=pa.system_memory_pool())
-    bufs = res.buffers()
-    total = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=(res.offset + 2 * n) * 8)[0])
-    start = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=res.offset * 8)[0])
-    out = np.frombuffer(bufs[2], dtype=np.uint8, count=total - start, offset=start)
+    out = _gather(values, idx.reshape(-1))
     sizes = None
     if need_sizes:
         sizes = np.diff(span_offs) + 8
         if valid is not None:
             sizes[~valid] = 1
     return out, sizes
+
+
+def _gather(values: pa.LargeBinaryArray, order: np.ndarray) -> np.ndarray:
+    """The bytes of `values[order[0]]`, `values[order[1]]`, ... one after the other."""
+    if not order.size:
+        return _EMPTY
+    indices = pa.Int64Array.from_buffers(pa.int64(), order.size, [None, pa.py_buffer(order)])
+    # the system allocator keeps freed chunks for the next piece; Arrow's default pool (mimalloc) hands
+    # them back to the OS, and touching fresh pages again cost a third of a first hash (page faults)
+    res = pc.take(values, indices, memory_pool=pa.system_memory_pool())
+    bufs = res.buffers()
+    total = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=(res.offset + order.size) * 8)[0])
+    start = int(np.frombuffer(bufs[1], dtype=np.int64, count=1, offset=res.offset * 8)[0])
+    return np.frombuffer(bufs[2], dtype=np.uint8, count=total - start, offset=start)
+
+
+def _dictionary_stream(arr: pa.DictionaryArray, valid: np.ndarray | None) -> Iterator[np.ndarray]:
+    """The bytes a dictionary-encoded string or binary array contributes, the same as its decoded
+    values would: each distinct value is length-prefixed once, then gathered per row (null -> 0x00), in
+    pieces of bounded size."""
+    dictionary = arr.dictionary
+    t = dictionary.type
+    offs = _offsets(dictionary, _pt.is_large_binary(t) or _pt.is_large_string(t))
+    m = len(dictionary)
+    data_buf = dictionary.buffers()[2]
+    data = _EMPTY if data_buf is None else np.frombuffer(data_buf, dtype=np.uint8)
+    entries = _prefixed(np.diff(offs), data, offs, None, False)[0] if m else _EMPTY
+    sizes = np.append(np.diff(offs) + 8, 1)  # entry m: the null marker
+    entry_offs = np.zeros(m + 2, dtype=np.int64)
+    np.cumsum(sizes, out=entry_offs[1:])
+    values = pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(),
+        m + 1,
+        [None, pa.py_buffer(entry_offs), pa.py_buffer(np.append(entries, np.uint8(0)))],
+    )
+    indices = arr.indices
+    kind = "i" if _pt.is_signed_integer(indices.type) else "u"
+    width = indices.type.bit_width // 8
+    raw = np.frombuffer(
+        indices.buffers()[1], dtype=f"<{kind}{width}", count=len(indices), offset=indices.offset * width
+    )
+    order = raw.astype(np.int64)  # a copy: null rows (any index) are pointed at the null marker
+    if valid is not None:
+        order[~valid] = m
+    row_ends = np.cumsum(sizes[order])
+    start = 0
+    while start < order.size:
+        end = min(order.size, start + _CHUNK_ROWS)
+        base = row_ends[start - 1] if start else 0
+        if row_ends[end - 1] - base > _CHUNK_BYTES:
+            end = max(start + 1, int(np.searchsorted(row_ends, base + _CHUNK_BYTES, side="right")))
+        yield _gather(values, order[start:end])
+        start = end
 
 
 def _encode(arr: pa.Array, valid: np.ndarray | None, need_sizes: bool) -> tuple[Any, np.ndarray | None]:
@@ -421,7 +467,8 @@ class RecordDigest:
 
     def _update_column(self, index: int, array: pa.Array) -> None:
         """Feeds top-level column `index` only, which touches only its own hashers: different columns can
-        be fed from different threads. `array` must have the schema's type for that column."""
+        be fed from different threads. `array` must have the schema's type for that column, or for a
+        string or binary column, be a dictionary of it."""
         self._walk([array], [self.schema.names[index]], None, "", self._first_leaf[index])
 
     def _walk(
@@ -451,6 +498,11 @@ class RecordDigest:
             arr = arr.cast(pa.large_string() if _is("is_string_view", t) else pa.large_binary())
         if valid is not None and valid.all():
             valid = None
+        if _pt.is_dictionary(t):  # a string or binary column read from Parquet as its dictionary
+            for stream in _dictionary_stream(arr, valid):
+                hasher.update(stream)
+                self._hashed[index] += stream.nbytes
+            return
         width = _fixed_width(t)
         if width is not None and valid is None:
             if len(arr):
@@ -521,12 +573,31 @@ def _hash_parquet_column(
 ) -> None:
     """Feeds one column of the file to its hashers in record order, with a reader of its own. A struct
     column is read in the reference's batches of 10,000 rows (its digest depends on them, §D.5); any
-    other column in larger ones (fewer pieces, the same digest)."""
-    parquet = pq.ParquetFile(pa.BufferReader(data), metadata=metadata)
+    other column in larger ones (fewer pieces, the same digest). A string or binary column stored with a
+    dictionary in every row group is read as that dictionary: each distinct value is decoded and
+    prefixed once instead of once per row."""
     field = digest.schema.field(index)
+    leaf = sum(_parquet_leaves(_unwrap(digest.schema.field(i).type)) for i in range(index))
+    as_dictionary = _is_varlen(_unwrap(field.type)) and all(
+        metadata.row_group(r).column(leaf).has_dictionary_page for r in range(metadata.num_row_groups)
+    )
+    parquet = pq.ParquetFile(
+        pa.BufferReader(data), metadata=metadata, read_dictionary=[field.name] if as_dictionary else None
+    )
     rows = PARQUET_BATCH_SIZE if _pt.is_struct(_unwrap(field.type)) else _CHUNK_ROWS
     for batch in parquet.iter_batches(rows, columns=[field.name], use_threads=False):
         digest._update_column(index, batch.column(0))
+
+
+def _parquet_leaves(t: pa.DataType) -> int:
+    """How many Parquet columns an Arrow type is stored as."""
+    if _pt.is_struct(t):
+        return sum(_parquet_leaves(_unwrap(f.type)) for f in t)
+    if _pt.is_map(t):
+        return _parquet_leaves(_unwrap(t.key_type)) + _parquet_leaves(_unwrap(t.item_type))
+    if _pt.is_list(t) or _pt.is_large_list(t) or _pt.is_fixed_size_list(t) or _is("is_list_view", t):
+        return _parquet_leaves(_unwrap(t.value_type))
+    return 1
 
 
 def physical_hash_of_file(path: str | os.PathLike[str]) -> Multihash:

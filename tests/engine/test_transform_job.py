@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_odf.engine import transform_job
+from airflow_odf.engine import transform_job, writer
 from airflow_odf.engine.job import run_request
 from airflow_odf.engine.spark_types import arrow_to_spark
 from airflow_odf.engine.writer import Vocabulary, normalize_timestamps, with_system_columns, write_slices
@@ -402,3 +402,38 @@ def test_all_rows_filtered_out_still_gives_the_schema(spark: SparkSession, tmp_p
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(response["output_schema"])))
     assert schema.names == ["offset", "op", "system_time", "event_time", "symbol"]
     assert schema.field("op").type == pa.int32() and not schema.field("op").nullable
+
+
+def test_slice_spliced_from_many_row_groups(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark's column chunks go into the slice as they are, next to the system columns' chunks, row group
+    by row group; the slice reads back the same in pyarrow and in Spark."""
+    monkeypatch.setattr(writer, "_MAX_ROW_GROUP_ROWS", 700)  # Spark's parts: row groups of 700 rows
+    paths = [_numbered_slice(tmp_path / f"s{i}.parquet", i * 2000, 2000) for i in range(2)]
+    query = [{"query": "SELECT event_time, symbol, price, CAST(price AS INT) % 10 AS n FROM t"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", paths, 0, 3999)]))
+    assert response.get("error") is None, response
+    [written] = response["slices"]
+    assert (written["offset_start"], written["offset_end"], written["num_records"]) == (10, 4009, 4000)
+    metadata = pq.ParquetFile(written["path"]).metadata
+    sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    assert sum(sizes) == 4000 and len(sizes) >= 6 and max(sizes) <= 700
+    table = pq.read_table(written["path"])
+    assert table["offset"].to_pylist() == list(range(10, 4010))
+    assert table["price"].to_pylist() == [float(o) for o in range(4000)]
+    assert table["n"].to_pylist() == [o % 10 for o in range(4000)]
+    encodings = {
+        metadata.row_group(0).column(i).path_in_schema: metadata.row_group(0).column(i).encodings
+        for i in range(metadata.num_columns)
+    }
+    assert "DELTA_BINARY_PACKED" in encodings["offset"]  # encoded here: the system columns
+    assert "RLE_DICTIONARY" in encodings["system_time"]
+    assert any("DICTIONARY" in e for e in encodings["symbol"])  # Spark's chunks: strings and ints in
+    assert any("DICTIONARY" in e for e in encodings["n"])  # dictionaries, 64-bit values plain
+    assert not any("DICTIONARY" in e for e in encodings["price"] + encodings["event_time"])
+    assert metadata.created_by.startswith("parquet-mr")
+    rows = spark.read.parquet(written["path"]).orderBy("offset").collect()
+    assert [(r["offset"], r["price"], r["symbol"], r["op"]) for r in rows[::997]] == [
+        (10 + o, float(o), f"S{o % 7}", 0) for o in range(0, 4000, 997)
+    ]

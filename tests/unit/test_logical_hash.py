@@ -740,6 +740,46 @@ def test_parquet_hashes_equal_the_literal_reference(
     assert physical == physical_hash_of_file(path)
 
 
+@pytest.mark.parametrize("chunk_bytes", [16 << 20, 50])
+def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
+) -> None:
+    """String and binary columns stored with dictionaries are read as dictionaries, each distinct value
+    prefixed once: the digest is the decoded values' (nulls, empty values, a dictionary per row group,
+    pages that fell back to plain, pieces of bounded size)."""
+    monkeypatch.setattr(lh, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(lh, "_CHUNK_ROWS", 37)
+    n = 1_000
+    rng = np.random.default_rng(11)
+    words = ["", "a", "ab", "émoji ✓", "x" * 40]
+    table = pa.table(
+        {
+            "s": pa.array([words[k] for k in rng.integers(0, 5, n)], mask=rng.random(n) < 0.2),
+            "b": pa.array([bytes([k]) * k for k in rng.integers(0, 4, n)], pa.binary()),
+            "l": pa.array([str(k) * 3 for k in range(n)], pa.large_string()),  # falls back to plain
+            "i": pa.array(rng.integers(0, 3, n)),
+        }
+    )
+    path = tmp_path / "dict.parquet"
+    pq.write_table(table, path, row_group_size=300, dictionary_pagesize_limit=512, data_page_size=256)
+    metadata = pq.read_metadata(path)
+    assert all(metadata.row_group(r).column(2).has_dictionary_page for r in range(4))
+    calls: list[int] = []
+    stream = lh._dictionary_stream
+    monkeypatch.setattr(
+        lh, "_dictionary_stream", lambda arr, valid: calls.append(len(arr)) or stream(arr, valid)
+    )
+    logical, _ = parquet_hashes(path)
+    assert logical == logical_hash_of_table(table)
+    assert logical.digest == ref_digest(table.schema, kamu_read(path))
+    assert sum(calls) == 3 * n  # s, b and l, every row
+
+    calls.clear()  # stored without dictionaries: read decoded
+    pq.write_table(table, tmp_path / "plain.parquet", use_dictionary=False)
+    assert parquet_hashes(tmp_path / "plain.parquet")[0] == logical
+    assert calls == []
+
+
 def test_parquet_hashes_with_duplicate_column_names(tmp_path: Path) -> None:
     columns = [pa.array([1, None, 3]), pa.array(["a", "b", None]), pa.array([0.5, 1.5, None])]
     table = pa.Table.from_arrays(columns, names=["a", "b", "a"])
