@@ -11,21 +11,23 @@ How an input view gets offset order without a shuffle: slices hold contiguous of
 offset order, and the request lists them in offset order. What is checked, not assumed, before Spark
 reads anything: the Parquet footers must show each file's offsets as a gap-free range (min, max, row
 count) after the previous file's, and the files' offset columns, read on the driver row group by row
-group (a few ms per million rows, files in parallel), must count up by one from there. A file wholly
-inside the request's offset range is read without a filter (Spark then does not even decode its
-offsets). The files wholly in range are read in one Spark read, one split per partition; when the
-query passes those partitions on row by row (filters, projections, unions), the plan tells which file
-and split each output partition came from, and the writer puts the partitions in offset order
-(partition_order.py). Any other query is planned again over one read per file, concatenated in offset
-order (one read of all files would not do there: Spark orders partitions largest first), so that the
-view is in offset order before Spark exchanges rows. When the footers or the offsets do not show the
-order, or the input is many small files (a read per file costs about 0.04 s of planning and set-up),
-the input is sorted by offset instead (range partitions, sorted in parallel).
+group (a few ms per million rows, files in parallel, while Spark plans the query), must count up by
+one from there. A file wholly inside the request's offset range is read without a filter (Spark then
+does not even decode its offsets). The files wholly in range are read in one Spark read, one split per
+partition; when the query passes those partitions on row by row (filters, projections, unions), the
+plan tells which file and split each output partition came from, and the writer puts the partitions
+in offset order (partition_order.py). Any other query is planned again over one read per file,
+concatenated in offset order (one read of all files would not do there: Spark orders partitions
+largest first), so that the view is in offset order before Spark exchanges rows. When the footers or
+the offsets do not show the order, or the input is many small files (a read per file costs about
+0.04 s of planning and set-up), the input is sorted by offset instead (range partitions, sorted in
+parallel).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -87,8 +89,9 @@ class _Input:
     in_place: list[SliceRange] | None
 
 
-def _checked_input(item: dict[str, Any]) -> _Input:
-    """The footers and offsets of the input's slices checked for offset order (see the module doc)."""
+def _input_from_footers(item: dict[str, Any]) -> _Input:
+    """The input, its slices in place when their footers show offset order (see the module doc); their
+    offset columns are checked next (`_offsets_checked`)."""
     struct = arrow_to_spark(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["schema"]))))
     vocab = Vocabulary.from_request(item.get("vocab", {}))
     end = item.get("offset_end")
@@ -97,10 +100,21 @@ def _checked_input(item: dict[str, Any]) -> _Input:
     in_place = None
     if paths and _in_place_pays_off(paths):
         ranges = slice_ranges(paths, vocab.offset)
-        wanted = [r for r in ranges or [] if r.last >= start and r.first <= end]  # others: not read
-        if ranges is not None and all_in_offset_order(wanted, vocab.offset):
-            in_place = wanted
+        if ranges is not None:
+            in_place = [r for r in ranges if r.last >= start and r.first <= end]  # others: not read
     return _Input(item["alias"], struct, vocab.offset, paths, start, end or 0, in_place)
+
+
+def _offsets_checked(inputs: list[_Input]) -> tuple[list[_Input], bool]:
+    """The inputs with `in_place` kept only where every file's offset column counts up by one, and
+    whether all were kept."""
+    checked = [
+        source
+        if source.in_place is None or all_in_offset_order(source.in_place, source.offset)
+        else dataclasses.replace(source, in_place=None)
+        for source in inputs
+    ]
+    return checked, checked == inputs
 
 
 def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> DataFrame:
@@ -229,14 +243,19 @@ def _check_output(df: DataFrame, vocab: Vocabulary) -> DataFrame:
 def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Runs one transform request; raises EngineInputError on bad queries or output."""
     vocab = Vocabulary.from_request(request.get("vocab", {}))
-    inputs = [_checked_input(item) for item in request["inputs"]]
-    in_place = [r for source in inputs for r in source.in_place or []]
-    if in_place and can_read_plans(spark):
-        with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
-            output = _output(spark, request, inputs, vocab, file_by_file=False)
-            keys = output_partition_keys(output, _first_offsets(in_place))
-            if keys is not None:
-                return _written(output, request, vocab, keys)
+    footers = [_input_from_footers(item) for item in request["inputs"]]
+    in_place = [r for source in footers for r in source.in_place or []]
+    with ThreadPoolExecutor(1, thread_name_prefix="odf-offsets") as checker:
+        # the offset columns are read (pyarrow, without the GIL) while Spark plans the one-scan query
+        check = checker.submit(_offsets_checked, footers)
+        if in_place and can_read_plans(spark):
+            with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
+                output = _output(spark, request, footers, vocab, file_by_file=False)
+                keys = output_partition_keys(output, _first_offsets(in_place))
+                inputs, all_in_order = check.result()
+                if keys is not None and all_in_order:
+                    return _written(output, request, vocab, keys)
+        inputs, _ = check.result()
     # the query exchanges rows (joins, aggregates, windows, sorts), or an input is sorted: a read per file
     return _written(_output(spark, request, inputs, vocab, file_by_file=True), request, vocab, None)
 

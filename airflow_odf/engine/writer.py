@@ -199,7 +199,7 @@ def write_in_frame_order(
     # allows, and no dictionary where one would overflow and be thrown away (Spark's writer tries, at a
     # cost: a third of its time in the benchmark)
     parts_writer = frame.write.mode("overwrite").option("parquet.block.row.count.limit", _MAX_ROW_GROUP_ROWS)
-    for name in _plain_columns(frame.schema):
+    for name in _plain_columns(df.schema):  # the frame's types (its own schema would cost a round trip)
         parts_writer = parts_writer.option(f"parquet.enable.dictionary#{name}", "false")
     parts_writer.parquet(parts_dir)
     parts = _part_files(parts_dir, partition_keys)
