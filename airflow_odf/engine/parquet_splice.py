@@ -25,7 +25,7 @@ _COPY_CHUNK = 1 << 20
 _FILE_VERSION, _FILE_SCHEMA, _FILE_NUM_ROWS, _FILE_ROW_GROUPS, _FILE_KEY_VALUE = 1, 2, 3, 4, 5
 _FILE_CREATED_BY, _FILE_COLUMN_ORDERS, _FILE_ENCRYPTION = 6, 7, 8
 _SCHEMA_NUM_CHILDREN = 5
-_RG_COLUMNS, _RG_TOTAL_BYTE_SIZE, _RG_NUM_ROWS, _RG_SORTING = 1, 2, 3, 4
+_RG_COLUMNS, _RG_TOTAL_BYTE_SIZE, _RG_NUM_ROWS = 1, 2, 3
 _RG_FILE_OFFSET, _RG_TOTAL_COMPRESSED, _RG_ORDINAL = 5, 6, 7
 _CC_FILE_PATH, _CC_FILE_OFFSET, _CC_META = 1, 2, 3
 _CC_PAGE_INDEXES = (4, 5, 6, 7)
@@ -139,7 +139,7 @@ def splice(
     row_groups: list[tc.Struct] = []
     rows = 0
     with open(target, "wb", buffering=0) as out, _Copier(out.fileno()) as copier:
-        out.write(_MAGIC)
+        copier.write(_MAGIC)
         position = len(_MAGIC)
         for ordinal, group in enumerate(zip(*(side.row_groups for side in sides), strict=True)):
             group_rows = {source.num_rows(index) for source, index in group}
@@ -164,9 +164,7 @@ def splice(
             rows += num_rows
             row_groups.append(_row_group(columns, num_rows, start, ordinal))
         footer = tc.encode(_footer(sides, fields, row_groups, rows, key_value_metadata))
-        out.write(footer)
-        out.write(struct.pack("<I", len(footer)))
-        out.write(_MAGIC)
+        copier.write(footer + struct.pack("<I", len(footer)) + _MAGIC)
     return rows
 
 
@@ -265,7 +263,8 @@ def _footer(
 
 
 class _Copier:
-    """Copies byte ranges of source files to the end of the target, in the kernel where it can."""
+    """Appends bytes, and byte ranges of source files, to the target (ranges in the kernel where it
+    can)."""
 
     def __init__(self, target_fd: int) -> None:
         self.target_fd = target_fd
@@ -278,6 +277,11 @@ class _Copier:
     def __exit__(self, *_exc: object) -> None:
         for fd in self.sources.values():
             os.close(fd)
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self.target_fd, view) :]
 
     def copy(self, path: str, start: int, length: int) -> None:
         fd = self.sources.get(path)
@@ -295,5 +299,6 @@ class _Copier:
                 data = os.pread(fd, min(_COPY_CHUNK, end - start), start)
                 if not data:
                     raise SpliceError(f"{path}: ends inside a column chunk (at byte {start} of {end})")
-                copied = os.write(self.target_fd, data)
+                self.write(data)
+                copied = len(data)
             start += copied

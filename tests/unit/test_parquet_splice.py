@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_odf.engine import parquet_splice
 from airflow_odf.engine.parquet_splice import ParquetSource, Side, SpliceError, splice
 
 LEFT = pa.table(
@@ -103,3 +105,25 @@ def test_a_file_that_is_not_parquet_is_named(tmp_path: Path) -> None:
     path.write_bytes(b"PAR1\x00\x00\x00\x00\x01\x00\x00\x00PAR1")
     with pytest.raises(SpliceError, match=r"x\.parquet: the footer has no schema"):
         ParquetSource.open(path)
+
+
+def test_without_copy_file_range_the_bytes_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    left = _write(tmp_path / "l.parquet", LEFT, [4, 6])
+    right = _write(tmp_path / "r.parquet", RIGHT, [4, 6])
+    sides, fields = [_side(left), _side(right)], [(0, 0), (1, 0), (0, 1)]
+    splice(tmp_path / "kernel.parquet", sides, fields, key_value_metadata={})
+
+    def across_file_systems(*_args: object) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "copy_file_range", across_file_systems)
+    monkeypatch.setattr(parquet_splice, "_COPY_CHUNK", 7)  # many reads per column chunk
+    splice(tmp_path / "copied.parquet", sides, fields, key_value_metadata={})
+    assert (tmp_path / "copied.parquet").read_bytes() == (tmp_path / "kernel.parquet").read_bytes()
+    assert pq.read_table(tmp_path / "copied.parquet").column("name").to_pylist() == RIGHT["name"].to_pylist()
+
+    (tmp_path / "r.parquet").write_bytes((tmp_path / "r.parquet").read_bytes()[:10])  # truncated under us
+    with pytest.raises(SpliceError, match=r"r\.parquet: ends inside a column chunk"):
+        splice(tmp_path / "broken.parquet", sides, fields, key_value_metadata={})
