@@ -91,19 +91,22 @@ def test_mismatched_row_groups_are_refused(tmp_path: Path) -> None:
         splice(tmp_path / "o.parquet", [_side(left), _side(single)], [(0, 0)], key_value_metadata={})
 
 
-def test_a_file_that_is_not_parquet_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"PAR1 not really a parquet file", "does not end with"),
+        (
+            b"PAR1\x00\x00\x00\x15\xff\xff\xff\xff\x05\x00\x00\x00PAR1",
+            "unreadable footer: the struct runs past",
+        ),
+        (b"PAR1\x15\x05\x00\x00\x01PAR1", "a footer of 16777221 bytes in a file of 13"),
+        (b"PAR1\x00\x00\x00\x00\x01\x00\x00\x00PAR1", "the footer has no schema"),
+    ],
+)
+def test_a_file_that_is_not_parquet_is_named(tmp_path: Path, data: bytes, message: str) -> None:
     path = tmp_path / "x.parquet"
-    path.write_bytes(b"PAR1 not really a parquet file")
-    with pytest.raises(SpliceError, match=r"x\.parquet: does not end with"):
-        ParquetSource.open(path)
-    path.write_bytes(b"PAR1\x00\x00\x00\x15\xff\xff\xff\xff\x05\x00\x00\x00PAR1")
-    with pytest.raises(SpliceError, match=r"x\.parquet: unreadable footer: the struct runs past"):
-        ParquetSource.open(path)
-    path.write_bytes(b"PAR1\x15\x05\x00\x00\x01PAR1")
-    with pytest.raises(SpliceError, match=r"x\.parquet: a footer of 16777221 bytes in a file of 13"):
-        ParquetSource.open(path)
-    path.write_bytes(b"PAR1\x00\x00\x00\x00\x01\x00\x00\x00PAR1")
-    with pytest.raises(SpliceError, match=r"x\.parquet: the footer has no schema"):
+    path.write_bytes(data)
+    with pytest.raises(SpliceError, match=r"x\.parquet: " + message):
         ParquetSource.open(path)
 
 
