@@ -93,7 +93,10 @@ def parse_time(text: str) -> datetime:
 
 
 def normalize_timestamps(df: DataFrame) -> DataFrame:
-    """Timestamps without a zone are read as UTC instants (Parquet output is then Timestamp(ms, UTC))."""
+    """Timestamps without a zone are read as UTC instants (Parquet output is then Timestamp(ms, UTC)).
+    A frame without any is returned as it is (its schema stays known: no round trip to Spark)."""
+    if not any(isinstance(f.dataType, T.TimestampNTZType) for f in df.schema.fields):
+        return df
     casts = [
         F.col(f"`{f.name}`").cast(T.TimestampType()).alias(f.name)
         if isinstance(f.dataType, T.TimestampNTZType)
