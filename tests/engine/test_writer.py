@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -18,6 +19,7 @@ from airflow_odf.engine.writer import (
     with_system_columns,
     write_slices,
 )
+from airflow_odf.odf import logical_hash
 
 SYSTEM_TIME = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
 VOCAB = Vocabulary()
@@ -182,3 +184,28 @@ def test_gathered_rows_get_the_same_offsets_and_order(spark: SparkSession, tmp_p
     expected = [rows[i][2] for _, i in sorted(filled)]
     assert tables[1]["name"].to_pylist() == expected
     assert tables[1]["offset"].to_pylist() == list(range(10, 310))
+
+
+def test_spark_strings_are_hashed_from_their_dictionary_unless_they_fell_back(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark marks only fallback pages PLAIN: a string column of few values is hashed from its
+    dictionary, one that outgrew its dictionary page is read decoded; the digest is the decoded values'."""
+    df = spark.range(20_000).select(
+        F.when(F.col("id") % 11 == 0, None).otherwise(F.concat(F.lit("s"), F.col("id") % 7)).alias("few"),
+        F.sha2(F.col("id").cast("string"), 256).alias("many"),
+        F.col("id"),
+    )
+    out = str(tmp_path / "out")
+    df.coalesce(1).write.option("parquet.dictionary.page.size", 4096).parquet(out)
+    [path] = Path(out).glob("*.parquet")
+    column = pq.read_metadata(path).row_group(0)
+    assert "PLAIN" not in column.column(0).encodings and "PLAIN" in column.column(1).encodings
+    calls: list[int] = []
+    stream = logical_hash._dictionary_stream
+    monkeypatch.setattr(
+        logical_hash, "_dictionary_stream", lambda arr, valid: calls.append(len(arr)) or stream(arr, valid)
+    )
+    logical, _ = logical_hash.parquet_hashes(path)
+    assert logical == logical_hash.logical_hash_of_table(pq.read_table(path))
+    assert sum(calls) == 20_000  # the first column only, every row
