@@ -26,7 +26,8 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -289,9 +290,9 @@ def _slice_layout(part_schema: pa.Schema, vocab: Vocabulary) -> _SliceLayout:
 
 def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datetime, next_offset: int) -> int:
     """Splices the part files' row groups, in order, with the system columns into the slice at `path`:
-    `offset` (from `next_offset`), `system_time` and `op` if missing, encoded here with row groups of
-    the parts' sizes; Spark's column chunks are copied as they are. Returns the row count. With no rows,
-    the file holds only the schema."""
+    `offset` (from `next_offset`), `system_time` and `op` if missing, each encoded here into a file of
+    its own (in parallel) with row groups of the parts' sizes; Spark's column chunks are copied as they
+    are. Returns the row count. With no rows, the file holds only the schema."""
     try:
         sources = [ParquetSource.open(part) for part in parts]
         schema = _schema_bytes(sources[0])
@@ -300,17 +301,39 @@ def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datet
                 raise SpliceError(f"{source.path} has another schema than {sources[0].path}")
         data = Side(sources[0], [(source, i) for source in sources for i in range(len(source.row_groups))])
         layout = _slice_layout(pq.read_schema(parts[0]), vocab)
-        system_path = os.path.join(os.path.dirname(parts[0]), "system-columns.parquet")
         row_counts = [source.num_rows(i) for source, i in data.row_groups]
-        _write_system_columns(system_path, layout, vocab, row_counts, system_time, next_offset)
-        system_source = ParquetSource.open(system_path)
-        system = Side(system_source, [(system_source, i) for i in range(len(row_counts))])
-        # sides: 0 = Spark's parts (the slice keeps their root element and creator), 1 = system columns
-        if layout.has_op:  # system file: offset, system_time; parts: op, event time, data
-            order = [(1, 0), (0, 0), (1, 1)] + [(0, i) for i in range(1, len(data.schema.fields))]
-        else:  # system file: offset, op, system_time; parts: event time, data
-            order = [(1, 0), (1, 1), (1, 2)] + [(0, i) for i in range(len(data.schema.fields))]
-        return splice(path, [data, system], order, key_value_metadata=layout.metadata)
+        system_ms = (system_time - _EPOCH) // timedelta(milliseconds=1)
+        values = {
+            vocab.offset: lambda start, n: np.arange(start, start + n, dtype=np.int64),
+            vocab.op: lambda _start, n: np.zeros(n, dtype=np.int32),
+            vocab.system_time: lambda _start, n: np.full(n, system_ms, dtype=np.int64),
+        }
+        added = (
+            [vocab.offset, vocab.system_time]
+            if layout.has_op
+            else [vocab.offset, vocab.op, vocab.system_time]
+        )
+        parts_dir = os.path.dirname(parts[0])
+
+        def encoded(index: int) -> ParquetSource:
+            name = added[index]
+            column_path = os.path.join(parts_dir, f"system-column-{index}.parquet")
+            field = layout.schema.field(name)
+            delta = name == vocab.offset
+            _write_system_column(column_path, field, values[name], row_counts, next_offset, delta=delta)
+            return ParquetSource.open(column_path)
+
+        with ThreadPoolExecutor(len(added), thread_name_prefix="odf-system-column") as pool:
+            columns = list(pool.map(encoded, range(len(added))))
+        # sides: 0 = Spark's parts (the slice keeps their root element and creator), then one per column
+        sides = [data] + [Side(column, [(column, i) for i in range(len(row_counts))]) for column in columns]
+        side = {name: (1 + index, 0) for index, name in enumerate(added)}
+        data_fields = [(0, i) for i in range(len(data.schema.fields))]
+        if layout.has_op:  # the parts: op, event time, data
+            order = [side[vocab.offset], data_fields[0], side[vocab.system_time], *data_fields[1:]]
+        else:  # the parts: event time, data
+            order = [side[vocab.offset], side[vocab.op], side[vocab.system_time], *data_fields]
+        return splice(path, sides, order, key_value_metadata=layout.metadata)
     except SpliceError as e:
         raise EngineInputError(
             "internal", f"cannot assemble the slice from Spark's part files: {e}"
@@ -321,39 +344,30 @@ def _schema_bytes(source: ParquetSource) -> list[bytes]:
     return [tc.encode(element) for field in source.fields for element in field.elements]
 
 
-def _write_system_columns(
+def _write_system_column(
     path: str,
-    layout: _SliceLayout,
-    vocab: Vocabulary,
+    field: pa.Field,
+    values: Callable[[int, int], np.ndarray],
     row_counts: list[int],
-    system_time: datetime,
     next_offset: int,
+    *,
+    delta: bool,
 ) -> None:
-    """The slice's system columns, one row group per count: `offset` delta-encoded (it counts up by one:
+    """One system column, one row group per count: `offset` delta-encoded (`delta`: it counts up by one,
     next to nothing stored), the constant `system_time` and `op` (+A) as dictionaries."""
-    names = (
-        [vocab.offset, vocab.system_time] if layout.has_op else [vocab.offset, vocab.op, vocab.system_time]
-    )
-    schema = pa.schema([layout.schema.field(name) for name in names])
-    system_ms = (system_time - _EPOCH) // timedelta(milliseconds=1)
+    schema = pa.schema([field])
     start = next_offset
     with pq.ParquetWriter(
         path,
         schema,
         compression="snappy",
         store_schema=False,
-        use_dictionary=[vocab.op, vocab.system_time],
-        column_encoding={vocab.offset: "DELTA_BINARY_PACKED"},
+        use_dictionary=not delta,
+        column_encoding={field.name: "DELTA_BINARY_PACKED"} if delta else None,
     ) as writer:
         for n in row_counts:
-            columns = {
-                vocab.offset: pa.array(np.arange(start, start + n, dtype=np.int64)),
-                vocab.op: pa.array(np.zeros(n, dtype=np.int32)),
-                vocab.system_time: pa.array(np.full(n, system_ms, dtype=np.int64)).cast(
-                    schema.field(vocab.system_time).type
-                ),
-            }
-            writer.write_table(pa.table([columns[name] for name in names], schema=schema), row_group_size=n)
+            array = pa.Array.from_buffers(field.type, n, [None, pa.py_buffer(values(start, n))])
+            writer.write_table(pa.table([array], schema=schema), row_group_size=n)
             start += n
 
 
