@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -125,9 +125,8 @@ def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> D
     if not source.paths:
         return spark.createDataFrame([], source.struct)
     offset = F.col(quote_identifier(source.offset))
-    in_range = offset.between(source.start, source.end)
     if source.in_place is None:
-        return reader.parquet(*source.paths).filter(in_range).orderBy(offset)
+        return reader.parquet(*source.paths).filter(_in_range(offset, source)).orderBy(offset)
     groups: list[tuple[list[str], bool]] = []  # (files, filtered to the range), in offset order
     for r in source.in_place:
         # a file wholly in range needs no filter: Spark then does not even decode its offsets
@@ -137,10 +136,15 @@ def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> D
         else:
             groups.append(([r.path], not whole))
     reads = [
-        reader.parquet(*files).filter(in_range) if filtered else reader.parquet(*files)
+        reader.parquet(*files).filter(_in_range(offset, source)) if filtered else reader.parquet(*files)
         for files, filtered in groups
     ]
     return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], source.struct)
+
+
+def _in_range(offset: Column, source: _Input) -> Column:
+    """Built only where a read needs it (a Spark expression costs a JVM round trip or two)."""
+    return offset.between(source.start, source.end)
 
 
 def _in_place_pays_off(paths: list[str]) -> bool:

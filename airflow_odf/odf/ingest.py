@@ -13,7 +13,7 @@ import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from airflow_odf.odf.engine_contract import (
 from airflow_odf.odf.engine_runner import EngineRunner
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
-from airflow_odf.odf.logical_hash import parquet_hashes, physical_hash_of_file
+from airflow_odf.odf.logical_hash import KnownColumn, parquet_hashes, physical_hash_of_file
 from airflow_odf.odf.manifests import union_to_plain
 from airflow_odf.odf.multiformats import Multihash
 from airflow_odf.odf.prepare import prepare
@@ -470,10 +470,13 @@ def schema_events(state: ChainState, response: IngestResponse, alias: str, polic
     )
 
 
-def stage_slice(written: OutputSlice) -> tuple[model.DataSlice, StagedObject]:
-    """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`."""
+def stage_slice(
+    written: OutputSlice, known: Mapping[str, KnownColumn] | None = None
+) -> tuple[model.DataSlice, StagedObject]:
+    """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`; `known`:
+    columns hashed ahead (`parquet_hashes`)."""
     path = Path(written.path)
-    logical, physical = parquet_hashes(path)
+    logical, physical = parquet_hashes(path, known)
     data_slice = model.DataSlice(
         logical_hash=logical,
         physical_hash=physical,

@@ -23,9 +23,9 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +36,7 @@ from airflow_odf.odf.errors import OdfFormatError
 from airflow_odf.odf.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
 
 __all__ = [
+    "KnownColumn",
     "RecordDigest",
     "logical_hash_of_parquet",
     "logical_hash_of_table",
@@ -141,6 +142,11 @@ def _hash_data_type(t: pa.DataType, path: str) -> bytes:
             raise _unsupported(path, t, ": lists of structs cannot be hashed")
         return _u16(11) + _hash_data_type(item, path + "[]")
     raise _unsupported(path, t)
+
+
+def column_type_bytes(t: pa.DataType, path: str) -> bytes:
+    """What a column hasher of type `t` is fed before any value."""
+    return _hash_data_type(t, path)
 
 
 def _walk_fields(fields: Any, level: int, prefix: str) -> Iterator[tuple[str, str, int, pa.DataType]]:
@@ -310,6 +316,13 @@ def _dictionary_stream(arr: pa.DictionaryArray, valid: np.ndarray | None) -> Ite
     raw = np.frombuffer(
         indices.buffers()[1], dtype=f"<{kind}{width}", count=len(indices), offset=indices.offset * width
     )
+    if valid is None and m and np.all(sizes[:-1] == sizes[0]):
+        # every value the same length (codes, symbols, hashes): a gather of fixed-size items
+        items = np.frombuffer(entries, dtype=f"V{sizes[0]}", count=m)
+        step = max(1, _CHUNK_BYTES // int(sizes[0]))
+        for start in range(0, raw.size, step):
+            yield np.take(items, raw[start : start + step]).view(np.uint8)
+        return
     order = raw.astype(np.int64)  # a copy: null rows (any index) are pointed at the null marker
     if valid is not None:
         order[~valid] = m
@@ -540,9 +553,27 @@ def logical_hash_of_parquet(path: str | os.PathLike[str]) -> Multihash:
     return parquet_hashes(path)[0]
 
 
-def parquet_hashes(path: str | os.PathLike[str]) -> tuple[Multihash, Multihash]:
+class KnownColumn(Protocol):
+    """A column whose values were known, and hashed, before the file was written (`hash_ahead`)."""
+
+    type_bytes: bytes  # the column hasher's start (`_hash_data_type` of the column's type)
+    width: int  # bytes per value
+
+    def hasher_at(self, rows: int) -> tuple[Any, int]:
+        """A column hasher fed the first `covered` values (`covered` <= `rows`), and `covered`."""
+        ...
+
+    def expected(self, start: int, count: int) -> np.ndarray:
+        """Values `start .. start + count - 1`."""
+        ...
+
+
+def parquet_hashes(
+    path: str | os.PathLike[str], known: Mapping[str, KnownColumn] | None = None
+) -> tuple[Multihash, Multihash]:
     """(logical hash, physical hash) of a parquet file, from one memory mapping of it, with the columns
-    and the file's bytes hashed in parallel."""
+    and the file's bytes hashed in parallel. A column named in `known` whose values are read back and
+    found to be exactly the known ones continues from the known column's hasher."""
     with pa.memory_map(os.fspath(path)) as source:
         data = source.read_buffer()  # zero-copy: the file's pages, shared by every reader below
         parquet = pq.ParquetFile(pa.BufferReader(data))
@@ -555,13 +586,61 @@ def parquet_hashes(path: str | os.PathLike[str]) -> tuple[Multihash, Multihash]:
                     digest.update(batch)
             else:
                 # variable-width columns first, as they cost the most (decoded, then encoded value by
-                # value), so that no long task starts last
+                # value), known ones last, so that no long task starts last
                 types = digest.schema.types
-                order = sorted(range(len(names)), key=lambda i: _fixed_width(_unwrap(types[i])) is not None)
-                tasks = [pool.submit(_hash_parquet_column, digest, data, parquet.metadata, i) for i in order]
+
+                def cost(i: int) -> int:
+                    if known is not None and names[i] in known:
+                        return 2
+                    return int(_fixed_width(_unwrap(types[i])) is not None)
+
+                order = sorted(range(len(names)), key=cost)
+                column = known or {}
+                tasks = [
+                    pool.submit(_hash_column, digest, data, parquet.metadata, i, column.get(names[i]))
+                    for i in order
+                ]
                 for task in tasks:
                     task.result()
             return Multihash(ARROW0_SHA3_256, digest.finalize()), Multihash(SHA3_256, physical.result())
+
+
+def _hash_column(
+    digest: RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int, known: KnownColumn | None
+) -> None:
+    if known is None or not _hash_known_column(digest, data, metadata, index, known):
+        _hash_parquet_column(digest, data, metadata, index)
+
+
+def _hash_known_column(
+    digest: RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int, known: KnownColumn
+) -> bool:
+    """Feeds column `index` from the known column's hasher, hashing only the values it has not seen,
+    when the file's column has the known type and every value read back (no nulls) is the known one;
+    False, with nothing fed, otherwise."""
+    leaf = digest._first_leaf[index]
+    field = digest.schema.field(index)
+    if digest._leaves[leaf][1] != known.type_bytes or _fixed_width(_unwrap(field.type)) != known.width:
+        return False
+    rows = metadata.num_rows
+    hasher, covered = known.hasher_at(rows)
+    parquet = pq.ParquetFile(pa.BufferReader(data), metadata=metadata)
+    position = 0
+    for batch in parquet.iter_batches(_CHUNK_ROWS, columns=[field.name], use_threads=False):
+        values = batch.column(0)
+        if values.null_count:
+            return False
+        raw = _fixed_raw(values, known.width)
+        if not np.array_equal(raw, known.expected(position, len(values)).view(np.uint8)):
+            return False
+        if position + len(values) > covered:
+            hasher.update(raw[max(0, covered - position) * known.width :])
+        position += len(values)
+    if position != rows:
+        return False
+    digest._columns[leaf] = hasher
+    digest._hashed[leaf] += rows * known.width
+    return True
 
 
 def _sha3(data: pa.Buffer) -> bytes:

@@ -31,6 +31,7 @@ from airflow_odf.odf.engine_contract import (
     schema_to_text,
 )
 from airflow_odf.odf.engine_runner import EngineRunner
+from airflow_odf.odf.hash_ahead import SystemColumnsAhead
 from airflow_odf.odf.ingest import (
     IngestError,
     IngestResult,
@@ -131,13 +132,22 @@ def execute_batch(
 
     Shared by transforms and by reproducibility verification, which replays recorded batches.
     """
-    response = run_engine(repo, state, name, batch, runner, op_dir, system_time)
+    vocab = Vocab.of(state.vocab)
+    with SystemColumnsAhead(
+        offset=vocab.offset_column,
+        op=vocab.operation_type_column,
+        system_time=vocab.system_time_column,
+        next_offset=_next_offset(state),
+        time=system_time,
+        max_rows=batch.num_records,
+    ) as ahead:
+        response = run_engine(repo, state, name, batch, runner, op_dir, system_time)
     events: list[Any] = schema_events(state, response, name, schema_policy)
     objects: list[StagedObject] = []
     new_data = None
     if response.slices:
         [written] = response.slices
-        new_data, staged = stage_slice(written)
+        new_data, staged = stage_slice(written, ahead.columns)
         objects.append(staged)
     dataset = repo.dataset_by_id(state.dataset_id) if state.dataset_id is not None else None
     watermarks = _input_watermarks(repo, dataset, state, batch)
@@ -179,7 +189,7 @@ def run_engine(
         dataset_id=str(state.dataset_id),
         dataset_alias=name,
         system_time=system_time.isoformat(),
-        next_offset=0 if state.last_offset is None else state.last_offset + 1,
+        next_offset=_next_offset(state),
         queries=sql_steps(state.transform.transform),
         inputs=[request_input(repo, planned, op_dir) for planned in batch.inputs],
         out_dir=str(op_dir / "out"),
@@ -189,6 +199,10 @@ def run_engine(
     if response.error is not None:
         raise IngestError(response.error.kind, f"{name}: {response.error.message}")
     return response
+
+
+def _next_offset(state: ChainState) -> int:
+    return 0 if state.last_offset is None else state.last_offset + 1
 
 
 def request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:

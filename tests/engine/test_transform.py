@@ -10,7 +10,7 @@ import pytest
 
 from airflow_odf.cli import main
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.odf import model
+from airflow_odf.odf import logical_hash, model
 from airflow_odf.odf.data_access import read_slice
 from airflow_odf.odf.ingest import IngestError, IngestOptions, push_ingest
 from airflow_odf.odf.integrity import verify_integrity
@@ -80,7 +80,7 @@ def _rows(repo: Repository, name: str) -> list[tuple[Any, ...]]:
 
 
 def test_incremental_and_pinned_transforms(
-    repo: Repository, runner: LocalSparkRunner, tmp_path: Path
+    repo: Repository, runner: LocalSparkRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     options = TransformOptions(work_dir=tmp_path / "w")
     first_head = _push(
@@ -104,8 +104,16 @@ def test_incremental_and_pinned_transforms(
     assert (consumed.prev_block_hash, consumed.prev_offset, consumed.new_offset) == (None, None, 1)
     assert str(execute.query_inputs[0].new_block_hash) == first_head
     assert execute.new_watermark == Timestamp.parse("2024-01-02T11:00:00Z")
-    # then the rest, incrementally
+    # then the rest, incrementally; the system columns are hashed ahead (and checked), not read again
+    read_from_file: list[str] = []
+    read = logical_hash._hash_parquet_column
+    monkeypatch.setattr(
+        logical_hash,
+        "_hash_parquet_column",
+        lambda digest, *args: read_from_file.append(digest.schema.names[args[-1]]) or read(digest, *args),
+    )
     rest = run_transform(repo, "acme", runner, options, system_time=T3)
+    assert sorted(read_from_file) == ["event_time", "price10", "symbol"]
     assert len(rest.new_blocks) == 1 and rest.records == 1
     assert _rows(repo, "acme") == [(0, 0, "ACME", 15.0), (1, 0, "ACME", 25.0)]
     last = derivative.block(derivative.head()).event

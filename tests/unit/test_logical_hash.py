@@ -745,9 +745,9 @@ def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_bytes: int
 ) -> None:
     """String and binary columns read as dictionaries, each distinct value prefixed once: the digest is
-    the decoded values' (nulls, empty values, a dictionary per row group, pages that fell back to plain,
-    pieces of bounded size). pyarrow's files are read so only when made to (their dictionary pages are
-    marked PLAIN, like fallback pages); Spark's: tests/engine/test_writer.py."""
+    the decoded values' (nulls, empty values, values of one length, a dictionary per row group, pages
+    that fell back to plain, pieces of bounded size). pyarrow's files are read so only when made to
+    (their dictionary pages are marked PLAIN, like fallback pages); Spark's: tests/engine/test_writer.py."""
     monkeypatch.setattr(lh, "_dictionary_only", lambda column: column.has_dictionary_page)
     monkeypatch.setattr(lh, "_CHUNK_BYTES", chunk_bytes)
     monkeypatch.setattr(lh, "_CHUNK_ROWS", 37)
@@ -760,6 +760,7 @@ def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
             "b": pa.array([bytes([k]) * k for k in rng.integers(0, 4, n)], pa.binary()),
             "l": pa.array([str(k) * 3 for k in range(n)], pa.large_string()),  # falls back to plain
             "i": pa.array(rng.integers(0, 3, n)),
+            "w": pa.array([f"SYM{k:03d}" for k in rng.integers(0, 50, n)]),  # one length, no nulls
         }
     )
     path = tmp_path / "dict.parquet"
@@ -774,7 +775,7 @@ def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
     logical, _ = parquet_hashes(path)
     assert logical == logical_hash_of_table(table)
     assert logical.digest == ref_digest(table.schema, kamu_read(path))
-    assert sum(calls) == 3 * n  # s, b and l, every row
+    assert sum(calls) == 4 * n  # s, b, l and w, every row
 
     calls.clear()  # stored without dictionaries: read decoded
     pq.write_table(table, tmp_path / "plain.parquet", use_dictionary=False)

@@ -1,0 +1,117 @@
+"""The system columns of a transform's slice, hashed ahead while the engine runs.
+
+A transform's slice holds `offset` = next offset, next + 1, ..., `system_time` = the request's time, and
+(unless the query selects one) `op` = +A in every row: values known before the engine has written a
+row. Their logical-hash column streams (a third of the logical-hash work of the benchmark's slice) are
+fed in a background thread while the coordinator waits for the engine, at the lowest CPU priority so
+that it takes only what the engine leaves idle, with the hasher's state kept every 64 Ki rows. Once the
+slice is written, a column continues from the latest state within its row count, but only when its
+values, read back from the file, are exactly the known ones (`logical_hash.parquet_hashes`): the hash
+is always the file's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from airflow_odf.odf.logical_hash import KnownColumn, column_type_bytes
+from airflow_odf.odf.timestamps import Timestamp
+
+ROWS_PER_STATE = 1 << 16
+"""Rows between two kept hasher states: the most a column hashes again after the engine has answered."""
+
+
+class _ColumnAhead:
+    """One known column: its values by position and its hasher's states so far (the background thread
+    appends, readers take copies)."""
+
+    def __init__(self, name: str, arrow_type: pa.DataType, values: Callable[[int, int], np.ndarray]) -> None:
+        self.type_bytes = column_type_bytes(arrow_type, name)
+        self.width = arrow_type.bit_width // 8
+        self._values = values
+        self._states = [hashlib.sha3_256(self.type_bytes)]  # state k: after k * ROWS_PER_STATE rows
+
+    def advance(self) -> None:
+        k = len(self._states) - 1
+        state = self._states[k].copy()
+        state.update(self._values(k * ROWS_PER_STATE, ROWS_PER_STATE).view(np.uint8))
+        self._states.append(state)
+
+    def hasher_at(self, rows: int) -> tuple[Any, int]:
+        states = self._states
+        k = min(rows // ROWS_PER_STATE, len(states) - 1)
+        return states[k].copy(), k * ROWS_PER_STATE
+
+    def expected(self, start: int, count: int) -> np.ndarray:
+        return self._values(start, count)
+
+
+def _counting(first: int) -> Callable[[int, int], np.ndarray]:
+    return lambda start, count: np.arange(first + start, first + start + count, dtype=np.int64)
+
+
+def _constant(value: int, dtype: type[np.integer[Any]]) -> Callable[[int, int], np.ndarray]:
+    block = np.full(ROWS_PER_STATE, value, dtype=dtype)
+    return lambda _start, count: block[:count] if count <= block.size else np.full(count, value, dtype=dtype)
+
+
+class SystemColumnsAhead:
+    """Hashes a transform slice's known system columns in the background while the `with` body runs
+    (the engine), up to `max_rows` rows (the batch's input records: more is rarely needed, and the rest
+    is hashed from the file). `columns` is what `parquet_hashes` takes as `known`."""
+
+    def __init__(
+        self,
+        *,
+        offset: str,
+        op: str,
+        system_time: str,
+        next_offset: int,
+        time: Timestamp,
+        max_rows: int,
+    ) -> None:
+        millis = time.epoch_nanos() // 1_000_000
+        self._ahead = {
+            offset: _ColumnAhead(offset, pa.int64(), _counting(next_offset)),
+            op: _ColumnAhead(op, pa.int32(), _constant(0, np.int32)),
+            system_time: _ColumnAhead(system_time, pa.timestamp("ms", tz="UTC"), _constant(millis, np.int64)),
+        }
+        self.columns: dict[str, KnownColumn] = dict(self._ahead)
+        self._max_rows = max_rows
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="odf-hash-ahead", daemon=True)
+
+    def __enter__(self) -> SystemColumnsAhead:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, _type: type[BaseException] | None, _value: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        # not joined: a state being computed now is not waited for (the thread ends after it)
+        self._stop.set()
+
+    def _run(self) -> None:
+        _lowest_priority()
+        rows = 0
+        while rows < self._max_rows and not self._stop.is_set():
+            for column in self._ahead.values():
+                column.advance()
+            rows += ROWS_PER_STATE
+
+
+def _lowest_priority() -> None:
+    """This thread only gets CPU time nothing else wants (Linux: a thread's nice value is its own)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
