@@ -7,9 +7,10 @@ files is cheaper, but Spark orders its partitions largest split first, not in th
 So the files are read at once, one split per partition (`one_split_per_partition`), and the physical
 plan says which file and which byte range each partition reads. When every output partition is one
 input partition passed on row by row (scans, filters, projections and unions of those: nothing that
-exchanges, sorts or aggregates rows), sorting the output's partitions by (union branch, first offset of
-the file, start of the split) puts the output in the inputs' offset order (`output_partition_keys`).
-For any other plan there are no keys, and the caller reads the files one by one.
+exchanges, sorts or aggregates rows: `output_scans`), sorting the output's partitions by (union branch,
+first offset of the file, start of the split) puts the output in the inputs' offset order
+(`partition_keys`, which can be read while Spark runs the job). For any other plan there are no keys,
+and the caller reads the files one by one.
 
 This looks at Spark's physical plan through its JVM objects (the pinned Spark version; tests check the
 order it gives). What it cannot read, it reports as no keys.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -72,33 +74,68 @@ def one_split_per_partition(spark: SparkSession, file_sizes: list[int]) -> Itera
                 spark.conf.set(key, value)
 
 
-def output_partition_keys(df: DataFrame, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:
-    """Per output partition of `df` (in Spark's partition order), its place in the inputs' offset order;
-    None unless every partition passes one split of one file on row by row. `first_offsets` maps a slice
-    file's name to its first offset."""
+@dataclass(frozen=True)
+class _Scan:
+    node: Any
+
+
+@dataclass(frozen=True)
+class _Union:
+    branches: list[ScanTree]
+
+
+ScanTree = _Scan | _Union
+"""The scans behind a row-by-row plan's output partitions: one scan, or a union's branches in order."""
+
+
+def output_scans(df: DataFrame) -> ScanTree | None:
+    """The file scans whose partitions `df`'s output partitions pass on row by row; None when any
+    output partition does more (exchanges, sorts, aggregates), or the plan cannot be read. Planning,
+    without reading the scans' splits (`partition_keys`)."""
     try:
-        plan = df._jdf.queryExecution().executedPlan()
-        return _keys(plan, first_offsets)
+        return _scans(df._jdf.queryExecution().executedPlan())
     except Py4JError:
         return None
 
 
-def _keys(node: Any, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:
+def _scans(node: Any) -> ScanTree | None:
     kind = node.getClass().getSimpleName()
     children = [node.children().apply(i) for i in range(node.children().size())]
     if kind == "FileSourceScanExec":
-        return _scan_keys(node, first_offsets)
+        return _Scan(node)
     if kind == "UnionExec":  # the children's partitions, one child after the other
-        keys: list[PartitionKey] = []
-        for branch, child in enumerate(children):
-            found = _keys(child, first_offsets)
+        branches: list[ScanTree] = []
+        for child in children:
+            found = _scans(child)
             if found is None:
                 return None
-            keys.extend((branch, *key) for key in found)
-        return keys
+            branches.append(found)
+        return _Union(branches)
     if kind in _ROW_BY_ROW and len(children) == 1:
-        return _keys(children[0], first_offsets)
+        return _scans(children[0])
     return None
+
+
+def partition_keys(scans: ScanTree, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:
+    """Per output partition (in Spark's partition order), its place in the inputs' offset order; None
+    unless every partition reads one split of one file. `first_offsets` maps a slice file's name to its
+    first offset. Reads every split through the JVM: a few round trips per partition."""
+    try:
+        return _keys(scans, first_offsets)
+    except Py4JError:
+        return None
+
+
+def _keys(scans: ScanTree, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:
+    if isinstance(scans, _Scan):
+        return _scan_keys(scans.node, first_offsets)
+    keys: list[PartitionKey] = []
+    for branch, child in enumerate(scans.branches):
+        found = _keys(child, first_offsets)
+        if found is None:
+            return None
+        keys.extend((branch, *key) for key in found)
+    return keys
 
 
 def _scan_keys(scan: Any, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any
@@ -46,7 +46,8 @@ from airflow_odf.engine.partition_order import (
     PartitionKey,
     can_read_plans,
     one_split_per_partition,
-    output_partition_keys,
+    output_scans,
+    partition_keys,
 )
 from airflow_odf.engine.preprocess import run_sql
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
@@ -120,7 +121,7 @@ def _offsets_checked(inputs: list[_Input]) -> tuple[list[_Input], bool]:
 def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> DataFrame:
     """The input's records with offsets in `[start, end]`: sorted, or the slices read in place —
     `file_by_file` (in offset order) or the files wholly in range in one read (in Spark's partition
-    order, which `output_partition_keys` maps back to offset order)."""
+    order, which `partition_keys` maps back to offset order)."""
     reader = spark.read.schema(source.struct)
     if not source.paths:
         return spark.createDataFrame([], source.struct)
@@ -249,25 +250,36 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocabulary.from_request(request.get("vocab", {}))
     footers = [_input_from_footers(item) for item in request["inputs"]]
     in_place = [r for source in footers for r in source.in_place or []]
-    with ThreadPoolExecutor(1, thread_name_prefix="odf-offsets") as checker:
+    with ThreadPoolExecutor(1, thread_name_prefix="odf-plan-helper") as helper:
         # the offset columns are read (pyarrow, without the GIL) while Spark plans the one-scan query
-        check = checker.submit(_offsets_checked, footers)
+        check = helper.submit(_offsets_checked, footers)
         if in_place and can_read_plans(spark):
             with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
                 output = _output(spark, request, footers, vocab, file_by_file=False)
-                keys = output_partition_keys(output, _first_offsets(in_place))
+                scans = output_scans(output)
                 inputs, all_in_order = check.result()
-                if keys is not None and all_in_order:
-                    return _written(output, request, vocab, keys)
+                if scans is not None and all_in_order:
+                    # the scans' splits are read while Spark writes (a few JVM round trips each)
+                    keys = helper.submit(partition_keys, scans, _first_offsets(in_place))
+                    written = _written(output, request, vocab, keys)
+                    if written is not None:
+                        return written
         inputs, _ = check.result()
-    # the query exchanges rows (joins, aggregates, windows, sorts), or an input is sorted: a read per file
-    return _written(_output(spark, request, inputs, vocab, file_by_file=True), request, vocab, None)
+    # the query exchanges rows (joins, aggregates, windows, sorts), an input is sorted, or a partition
+    # reads more than one split: a read per file
+    written = _written(_output(spark, request, inputs, vocab, file_by_file=True), request, vocab, None)
+    assert written is not None  # without keys, the frame's own partition order
+    return written
 
 
 def _written(
-    output: DataFrame, request: dict[str, Any], vocab: Vocabulary, keys: list[PartitionKey] | None
-) -> dict[str, Any]:
-    slices, schema_file = write_in_frame_order(
+    output: DataFrame,
+    request: dict[str, Any],
+    vocab: Vocabulary,
+    keys: Future[list[PartitionKey] | None] | None,
+) -> dict[str, Any] | None:
+    """The response for `output` written as one slice; None when `keys` (from the plan) end up unknown."""
+    written = write_in_frame_order(
         output,
         request["out_dir"],
         vocab=vocab,
@@ -275,6 +287,9 @@ def _written(
         next_offset=request["next_offset"],
         partition_keys=keys,
     )
+    if written is None:
+        return None
+    slices, schema_file = written
     schema = pq.read_schema(schema_file).remove_metadata()
     return {
         "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),

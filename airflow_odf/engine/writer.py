@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -182,12 +182,14 @@ def write_in_frame_order(
     vocab: Vocabulary,
     system_time: datetime,
     next_offset: int,
-    partition_keys: Sequence[PartitionKey] | None = None,
-) -> tuple[list[WrittenSlice], str]:
+    partition_keys: Future[list[PartitionKey] | None] | None = None,
+) -> tuple[list[WrittenSlice], str] | None:
     """Writes `df` (event time, data columns, optionally `op`) as one slice, in the frame's order.
 
     The frame's order is partition by partition — in partition order, or in the order of the partitions'
-    `partition_keys` when given — each partition's rows in the order Spark produces them. Offsets are
+    `partition_keys` when given (a future: they may be read while Spark writes; if they turn out None,
+    the order is unknown, nothing is assembled and None is returned) — each partition's rows in the
+    order Spark produces them. Offsets are
     contiguous from `next_offset` in that order. Spark writes the partitions in parallel into part
     files; their row groups are then spliced in that order into the slice's file, next to the added
     `offset` (its position plus `next_offset`), `system_time` and, when the frame has none, `op` = 0 (+A):
@@ -206,7 +208,13 @@ def write_in_frame_order(
     for name in _plain_columns(df.schema):  # the frame's types (its own schema would cost a round trip)
         parts_writer = parts_writer.option(f"parquet.enable.dictionary#{name}", "false")
     parts_writer.parquet(parts_dir)
-    parts = _part_files(parts_dir, partition_keys)
+    keys = None
+    if partition_keys is not None:
+        keys = partition_keys.result()
+        if keys is None:
+            shutil.rmtree(parts_dir, ignore_errors=True)
+            return None
+    parts = _part_files(parts_dir, keys)
     target = os.path.join(out_dir, "data")
     os.makedirs(target, exist_ok=True)
     path = os.path.join(target, "slice.parquet")

@@ -278,6 +278,27 @@ def test_whole_files_read_at_once_in_a_union_of_inputs(
     assert _prices(response)[1] == [float(o) for o in range(5000)] + [-float(o) for o in range(300)]
 
 
+def test_splits_found_unusable_while_spark_writes_fall_back_to_a_read_per_file(
+    spark: SparkSession, tmp_path: Path, views: list[list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scans' splits are read while the job runs; when they turn out not to map partitions to files
+    (two splits in one partition), that job's parts are dropped and the query runs again file by file."""
+    monkeypatch.setattr(transform_job, "partition_keys", lambda scans, first_offsets: None)
+    paths = _growing_slices(tmp_path)
+    query = [{"query": "SELECT event_time, symbol, price FROM t WHERE symbol <> 'S3'"}]
+    response = run_request(spark, _request(tmp_path, query, [_input("t", paths, 0, 4999)]))
+    assert response.get("error") is None, response
+    assert views == [
+        ["in place, 0 filtered, one read of the whole files"],
+        ["in place, 0 filtered, one read per file"],
+    ]
+    offsets, prices = _prices(response)
+    expected = [float(o) for o in range(5000) if o % 7 != 3]
+    assert prices == expected
+    assert offsets == list(range(10, 10 + len(expected)))
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["data"]  # no parts left behind
+
+
 @pytest.mark.parametrize(
     "query",
     [
