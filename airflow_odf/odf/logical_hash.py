@@ -580,29 +580,47 @@ def parquet_hashes(
         digest = RecordDigest(parquet.schema_arrow)
         names = digest.schema.names
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            physical = pool.submit(_sha3, data)
             if len(set(names)) < len(names):  # columns are read by name: one reader for all of them
+                physical = pool.submit(_sha3, data)
                 for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_SIZE):
                     digest.update(batch)
             else:
-                # variable-width columns first, as they cost the most (decoded, then encoded value by
-                # value), known ones last, so that no long task starts last
-                types = digest.schema.types
-
-                def cost(i: int) -> int:
-                    if known is not None and names[i] in known:
-                        return 2
-                    return int(_fixed_width(_unwrap(types[i])) is not None)
-
-                order = sorted(range(len(names)), key=cost)
+                # the costliest tasks first (estimated from the footer), so that no long one starts last
                 column = known or {}
-                tasks = [
-                    pool.submit(_hash_column, digest, data, parquet.metadata, i, column.get(names[i]))
-                    for i in order
-                ]
+                costs = _column_costs(digest.schema, parquet.metadata)
+                costs = [0 if name in column else cost for name, cost in zip(names, costs, strict=True)]
+                order = sorted(range(len(names)), key=lambda i: -costs[i])
+                physical_at = sum(1 for cost in costs if cost > data.size)  # the file's bytes: its size
+                tasks = []
+                for position, i in enumerate(order):
+                    if position == physical_at:
+                        physical = pool.submit(_sha3, data)
+                    tasks.append(
+                        pool.submit(_hash_column, digest, data, parquet.metadata, i, column.get(names[i]))
+                    )
+                if physical_at == len(order):
+                    physical = pool.submit(_sha3, data)
                 for task in tasks:
                     task.result()
             return Multihash(ARROW0_SHA3_256, digest.finalize()), Multihash(SHA3_256, physical.result())
+
+
+def _column_costs(schema: pa.Schema, metadata: pq.FileMetaData) -> list[int]:
+    """Per top-level column, about the bytes hashing it costs: its pages decoded, and its values'
+    stream (a variable-width value also costs a length prefix and a gather: taken as 24 bytes)."""
+    costs, leaf = [], 0
+    for field in schema:
+        t = _unwrap(field.type)
+        leaves = _parquet_leaves(t)
+        width = _fixed_width(t)
+        pages = sum(
+            metadata.row_group(r).column(c).total_uncompressed_size
+            for r in range(metadata.num_row_groups)
+            for c in range(leaf, leaf + leaves)
+        )
+        costs.append(metadata.num_rows * (width if width is not None else 24 * leaves) + pages)
+        leaf += leaves
+    return costs
 
 
 def _hash_column(

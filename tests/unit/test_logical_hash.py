@@ -783,6 +783,19 @@ def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
     assert calls == []
 
 
+@pytest.mark.parametrize("rows", [3, 200_000])
+def test_parquet_hashes_whether_the_files_bytes_cost_most_or_least(tmp_path: Path, rows: int) -> None:
+    """The file's bytes are hashed among the columns in the order of their estimated cost: first for a
+    file that is mostly footer, last for one whose columns compress to nearly nothing."""
+    table = pa.table({"c": pa.array(np.zeros(rows, np.int64)), "s": pa.array(["same"] * rows)})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    costs = lh._column_costs(pq.read_schema(path), pq.read_metadata(path))
+    size = path.stat().st_size
+    assert all(cost > size for cost in costs) if rows > 3 else all(cost < size for cost in costs)
+    assert parquet_hashes(path) == (logical_hash_of_table(table), physical_hash_of_file(path))
+
+
 def test_parquet_hashes_with_duplicate_column_names(tmp_path: Path) -> None:
     columns = [pa.array([1, None, 3]), pa.array(["a", "b", None]), pa.array([0.5, 1.5, None])]
     table = pa.Table.from_arrays(columns, names=["a", "b", "a"])
