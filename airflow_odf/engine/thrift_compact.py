@@ -146,15 +146,17 @@ class _Reader:
         raise ThriftError(f"wire type {wire_type} at byte {self.pos} (maps are not used by Parquet)")
 
 
-def _varint(out: bytearray, n: int) -> None:
+def write_varint(out: bytearray, n: int) -> None:
+    """Unsigned LEB128 (also the varint of Parquet's DELTA_BINARY_PACKED pages)."""
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
         n >>= 7
     out.append(n)
 
 
-def _zigzag(out: bytearray, n: int) -> None:
-    _varint(out, (n << 1) ^ (n >> 63))
+def write_zigzag(out: bytearray, n: int) -> None:
+    """A signed 64-bit integer, zigzag-encoded, as a varint."""
+    write_varint(out, (n << 1) ^ (n >> 63))
 
 
 def _write_struct(out: bytearray, struct: Struct) -> None:
@@ -168,7 +170,7 @@ def _write_struct(out: bytearray, struct: Struct) -> None:
             out.append(delta << 4 | wire_type)
         else:
             out.append(wire_type)
-            _zigzag(out, field.id)
+            write_zigzag(out, field.id)
         if wire_type not in (BOOL_TRUE, BOOL_FALSE):
             _write_value(out, wire_type, field.value)
         last_id = field.id
@@ -179,12 +181,12 @@ def _write_value(out: bytearray, wire_type: int, value: object) -> None:
     if wire_type == BYTE:
         out.append(int(value) & 0xFF)  # type: ignore[call-overload]
     elif wire_type in (I16, I32, I64):
-        _zigzag(out, int(value))  # type: ignore[call-overload]
+        write_zigzag(out, int(value))  # type: ignore[call-overload]
     elif wire_type == DOUBLE:
         out += pack("<d", value)
     elif wire_type == BINARY:
         assert isinstance(value, bytes)
-        _varint(out, len(value))
+        write_varint(out, len(value))
         out += value
     elif wire_type in (LIST, SET):
         assert isinstance(value, ThriftList)
@@ -193,7 +195,7 @@ def _write_value(out: bytearray, wire_type: int, value: object) -> None:
             out.append(size << 4 | value.element_type)
         else:
             out.append(0xF0 | value.element_type)
-            _varint(out, size)
+            write_varint(out, size)
         for item in value.items:
             if value.element_type in (BOOL_TRUE, BOOL_FALSE):
                 out.append(1 if item else 2)

@@ -26,13 +26,12 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -43,7 +42,18 @@ from pyspark.sql import types as T
 
 from airflow_odf.engine import thrift_compact as tc
 from airflow_odf.engine.errors import EngineInputError
-from airflow_odf.engine.parquet_splice import ParquetSource, Side, SpliceError, splice
+from airflow_odf.engine.parquet_splice import (
+    INT32,
+    INT64,
+    TIMESTAMP_UTC_MILLIS,
+    ParquetSource,
+    Side,
+    SpliceError,
+    SteppedColumn,
+    required_element,
+    splice,
+    write_stepped_columns,
+)
 from airflow_odf.engine.partition_order import PartitionKey
 
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
@@ -263,24 +273,16 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 @dataclass(frozen=True)
 class _SliceLayout:
-    """How part files' columns become a slice's: its schema, Spark's metadata, `op` present or added."""
+    """How part files' columns become a slice's: Spark's metadata for it, and `op` present or added."""
 
-    schema: pa.Schema
     metadata: dict[bytes, bytes]
     has_op: bool
 
 
 def _slice_layout(part_schema: pa.Schema, vocab: Vocabulary) -> _SliceLayout:
-    """`offset`, `op`, `system_time`, then the part's event time and data columns; and the key-value
+    """`offset`, `op`, `system_time`, then the part's event time and data columns: the key-value
     metadata Spark would have written for that (its row schema, with the added columns)."""
     has_op = part_schema.names[0] == vocab.op
-    added = {
-        vocab.offset: pa.field(vocab.offset, pa.int64(), nullable=False),
-        vocab.op: part_schema.field(0) if has_op else pa.field(vocab.op, pa.int32(), nullable=False),
-        vocab.system_time: pa.field(vocab.system_time, pa.timestamp("ms", tz="UTC"), nullable=False),
-    }
-    rest = list(part_schema)[1:] if has_op else list(part_schema)
-    schema = pa.schema([added[vocab.offset], added[vocab.op], added[vocab.system_time], *rest])
     metadata = dict(part_schema.metadata or {})
     if _SPARK_ROW_METADATA in metadata:
         row = json.loads(metadata[_SPARK_ROW_METADATA])
@@ -293,14 +295,14 @@ def _slice_layout(part_schema: pa.Schema, vocab: Vocabulary) -> _SliceLayout:
         op_field = fields.pop(0) if has_op else spark_field(vocab.op)
         row["fields"] = [spark_field(vocab.offset), op_field, spark_field(vocab.system_time), *fields]
         metadata[_SPARK_ROW_METADATA] = json.dumps(row, separators=(",", ":")).encode()
-    return _SliceLayout(schema, metadata, has_op)
+    return _SliceLayout(metadata, has_op)
 
 
 def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datetime, next_offset: int) -> int:
     """Splices the part files' row groups, in order, with the system columns into the slice at `path`:
-    `offset` (from `next_offset`), `system_time` and `op` if missing, each encoded here into a file of
-    its own (in parallel) with row groups of the parts' sizes; Spark's column chunks are copied as they
-    are. Returns the row count. With no rows, the file holds only the schema."""
+    `offset` (from `next_offset`), `system_time` and `op` if missing, written directly (`stepped
+    columns`) into a file of their own with row groups of the parts' sizes; Spark's column chunks are
+    copied as they are. Returns the row count. With no rows, the file holds only the schema."""
     try:
         sources = [ParquetSource.open(part) for part in parts]
         schema = _schema_bytes(sources[0])
@@ -311,31 +313,21 @@ def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datet
         layout = _slice_layout(pq.read_schema(parts[0]), vocab)
         row_counts = [source.num_rows(i) for source, i in data.row_groups]
         system_ms = (system_time - _EPOCH) // timedelta(milliseconds=1)
-        values = {
-            vocab.offset: lambda start, n: np.arange(start, start + n, dtype=np.int64),
-            vocab.op: lambda _start, n: np.zeros(n, dtype=np.int32),
-            vocab.system_time: lambda _start, n: np.full(n, system_ms, dtype=np.int64),
+        added = {  # as pyarrow would write them
+            vocab.offset: SteppedColumn(required_element(vocab.offset, INT64), next_offset, 1),
+            vocab.op: SteppedColumn(required_element(vocab.op, INT32), 0, 0),
+            vocab.system_time: SteppedColumn(
+                required_element(vocab.system_time, INT64, *TIMESTAMP_UTC_MILLIS), system_ms, 0
+            ),
         }
-        added = (
-            [vocab.offset, vocab.system_time]
-            if layout.has_op
-            else [vocab.offset, vocab.op, vocab.system_time]
-        )
-        parts_dir = os.path.dirname(parts[0])
-
-        def encoded(index: int) -> ParquetSource:
-            name = added[index]
-            column_path = os.path.join(parts_dir, f"system-column-{index}.parquet")
-            field = layout.schema.field(name)
-            delta = name == vocab.offset
-            _write_system_column(column_path, field, values[name], row_counts, next_offset, delta=delta)
-            return ParquetSource.open(column_path)
-
-        with ThreadPoolExecutor(len(added), thread_name_prefix="odf-system-column") as pool:
-            columns = list(pool.map(encoded, range(len(added))))
-        # sides: 0 = Spark's parts (the slice keeps their root element and creator), then one per column
-        sides = [data] + [Side(column, [(column, i) for i in range(len(row_counts))]) for column in columns]
-        side = {name: (1 + index, 0) for index, name in enumerate(added)}
+        if layout.has_op:
+            del added[vocab.op]
+        columns_path = os.path.join(os.path.dirname(parts[0]), "system-columns.parquet")
+        write_stepped_columns(columns_path, list(added.values()), row_counts)
+        columns = ParquetSource.open(columns_path)
+        # sides: 0 = Spark's parts (the slice keeps their root element and creator), 1 = the system columns
+        sides = [data, Side(columns, [(columns, i) for i in range(len(row_counts))])]
+        side = {name: (1, index) for index, name in enumerate(added)}
         data_fields = [(0, i) for i in range(len(data.schema.fields))]
         if layout.has_op:  # the parts: op, event time, data
             order = [side[vocab.offset], data_fields[0], side[vocab.system_time], *data_fields[1:]]
@@ -350,33 +342,6 @@ def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datet
 
 def _schema_bytes(source: ParquetSource) -> list[bytes]:
     return [tc.encode(element) for field in source.fields for element in field.elements]
-
-
-def _write_system_column(
-    path: str,
-    field: pa.Field,
-    values: Callable[[int, int], np.ndarray],
-    row_counts: list[int],
-    next_offset: int,
-    *,
-    delta: bool,
-) -> None:
-    """One system column, one row group per count: `offset` delta-encoded (`delta`: it counts up by one,
-    next to nothing stored), the constant `system_time` and `op` (+A) as dictionaries."""
-    schema = pa.schema([field])
-    start = next_offset
-    with pq.ParquetWriter(
-        path,
-        schema,
-        compression="snappy",
-        store_schema=False,
-        use_dictionary=not delta,
-        column_encoding={field.name: "DELTA_BINARY_PACKED"} if delta else None,
-    ) as writer:
-        for n in row_counts:
-            array = pa.Array.from_buffers(field.type, n, [None, pa.py_buffer(values(start, n))])
-            writer.write_table(pa.table([array], schema=schema), row_group_size=n)
-            start += n
 
 
 def write_slices(

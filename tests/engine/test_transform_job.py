@@ -21,6 +21,7 @@ from airflow_odf.engine.spark_types import arrow_to_spark
 from airflow_odf.engine.writer import Vocabulary, normalize_timestamps, with_system_columns, write_slices
 
 UTC = timezone.utc
+SYSTEM_TIME = datetime(2024, 2, 1, 0, 0, 0, 123000, tzinfo=UTC)  # the requests' time, in milliseconds
 SCHEMA = pa.schema(
     [
         pa.field("offset", pa.int64(), nullable=False),
@@ -105,7 +106,7 @@ def test_views_by_alias_in_offset_range_and_output_rules(spark: SparkSession, tm
         (11, 0, "A", 10.0),
     ]
     row = rows[0]
-    assert row["system_time"] == datetime(2024, 2, 1, 0, 0, 0, 123000, tzinfo=UTC)
+    assert row["system_time"] == SYSTEM_TIME
     assert response["max_event_time"] == "2024-01-01T10:04:00.000Z"
 
 
@@ -450,8 +451,14 @@ def test_slice_spliced_from_many_row_groups(
         metadata.row_group(0).column(i).path_in_schema: metadata.row_group(0).column(i).encodings
         for i in range(metadata.num_columns)
     }
-    assert "DELTA_BINARY_PACKED" in encodings["offset"]  # encoded here: the system columns
-    assert "RLE_DICTIONARY" in encodings["system_time"]
+    for name in ("offset", "op", "system_time"):  # the system columns: stepped sequences, built here
+        assert encodings[name] == ("DELTA_BINARY_PACKED",)
+    offsets = [metadata.row_group(i).column(0).statistics for i in range(len(sizes))]
+    starts = [10 + sum(sizes[:i]) for i in range(len(sizes))]
+    assert [(s.min, s.max, s.null_count) for s in offsets] == [
+        (start, start + size - 1, 0) for start, size in zip(starts, sizes, strict=True)
+    ]
+    assert table["system_time"].unique().to_pylist() == [SYSTEM_TIME]
     assert any("DICTIONARY" in e for e in encodings["symbol"])  # Spark's chunks: strings and ints in
     assert any("DICTIONARY" in e for e in encodings["n"])  # dictionaries, 64-bit values plain
     assert not any("DICTIONARY" in e for e in encodings["price"] + encodings["event_time"])
@@ -460,3 +467,4 @@ def test_slice_spliced_from_many_row_groups(
     assert [(r["offset"], r["price"], r["symbol"], r["op"]) for r in rows[::997]] == [
         (10 + o, float(o), f"S{o % 7}", 0) for o in range(0, 4000, 997)
     ]
+    assert {r["system_time"].timestamp() for r in rows} == {SYSTEM_TIME.timestamp()}

@@ -10,7 +10,17 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_odf.engine import parquet_splice
-from airflow_odf.engine.parquet_splice import ParquetSource, Side, SpliceError, splice
+from airflow_odf.engine.parquet_splice import (
+    INT32,
+    INT64,
+    ParquetSource,
+    Side,
+    SpliceError,
+    SteppedColumn,
+    required_element,
+    splice,
+    write_stepped_columns,
+)
 
 LEFT = pa.table(
     {
@@ -130,3 +140,61 @@ def test_without_copy_file_range_the_bytes_are_the_same(
     (tmp_path / "r.parquet").write_bytes((tmp_path / "r.parquet").read_bytes()[:10])  # truncated under us
     with pytest.raises(SpliceError, match=r"r\.parquet: ends inside a column chunk"):
         splice(tmp_path / "broken.parquet", sides, fields, key_value_metadata={})
+
+
+def test_stepped_columns_read_back_as_their_sequences(tmp_path: Path) -> None:
+    """Built without an encoder: every value, the types and the statistics as a reader sees them, across
+    DELTA_BINARY_PACKED block boundaries (128 values), negative values and steps, and spliced."""
+    utc_millis = parquet_splice.TIMESTAMP_UTC_MILLIS
+    columns = [
+        SteppedColumn(required_element("offset", INT64), -300, 1),
+        SteppedColumn(required_element("op", INT32), 0, 0),
+        SteppedColumn(required_element("t", INT64, *utc_millis), 1_714_564_800_123, 0),
+        SteppedColumn(required_element("down", INT64), 2**40, -7),
+    ]
+    counts = [1, 2, 128, 129, 257, 1000]
+    path = tmp_path / "stepped.parquet"
+    write_stepped_columns(str(path), columns, counts)
+    table = pq.read_table(path)
+    n = sum(counts)
+    assert table.schema == pa.schema(
+        [
+            pa.field("offset", pa.int64(), nullable=False),
+            pa.field("op", pa.int32(), nullable=False),
+            pa.field("t", pa.timestamp("ms", tz="UTC"), nullable=False),
+            pa.field("down", pa.int64(), nullable=False),
+        ]
+    )
+    assert table["offset"].to_pylist() == list(range(-300, -300 + n))
+    assert table["op"].to_pylist() == [0] * n
+    assert set(table["t"].cast(pa.int64()).to_pylist()) == {1_714_564_800_123}
+    assert table["down"].to_pylist() == [2**40 - 7 * i for i in range(n)]
+    metadata = pq.read_metadata(path)
+    assert [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)] == counts
+    start = 0
+    for i, count in enumerate(counts):
+        offset, down = metadata.row_group(i).column(0), metadata.row_group(i).column(3)
+        assert offset.encodings == ("DELTA_BINARY_PACKED",) and offset.compression == "SNAPPY"
+        assert (offset.statistics.min, offset.statistics.max) == (start - 300, start - 300 + count - 1)
+        assert (down.statistics.min, down.statistics.max) == (
+            2**40 - 7 * (start + count - 1),
+            2**40 - 7 * start,
+        )
+        start += count
+    spliced = tmp_path / "spliced.parquet"
+    stepped = ParquetSource.open(path)
+    values = _write(tmp_path / "v.parquet", pa.table({"v": list(range(n))}), counts)
+    splice(spliced, [_side(stepped), _side(values)], [(0, 0), (1, 0), (0, 2)], key_value_metadata={})
+    assert pq.read_table(spliced).to_pydict() == {
+        "offset": table["offset"].to_pylist(),
+        "v": list(range(n)),
+        "t": table["t"].to_pylist(),
+    }
+
+
+def test_stepped_columns_without_rows(tmp_path: Path) -> None:
+    column = SteppedColumn(required_element("offset", INT64), 0, 1)
+    path = tmp_path / "empty.parquet"
+    write_stepped_columns(str(path), [column], [])
+    table = pq.read_table(path)
+    assert table.num_rows == 0 and table.schema.names == ["offset"]
