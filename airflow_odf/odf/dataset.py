@@ -88,6 +88,11 @@ class Dataset:
     def __repr__(self) -> str:
         return f"Dataset({self.store!r})"
 
+    @property
+    def on_local_disk(self) -> bool:
+        """Whether its objects are files on this machine (staged files are moved in, not uploaded)."""
+        return self.store.local_path("data") is not None
+
     # ----- reading -----
 
     def head(self) -> Multihash | None:

@@ -14,6 +14,7 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ from airflow_odf.odf.multiformats import Multihash
 from airflow_odf.odf.prepare import prepare
 from airflow_odf.odf.schema_evolution import odf_schema
 from airflow_odf.odf.schema_policy import STRICT, schema_events_for
+from airflow_odf.odf.storage import fsync_path
 from airflow_odf.odf.timestamps import Timestamp
 
 _log = logging.getLogger(__name__)
@@ -377,7 +379,7 @@ def _run_and_commit(
         if response.num_quarantined:
             options.log(f"{alias}: {response.num_quarantined} bad record(s) quarantined in the operation")
             result.quarantined += response.num_quarantined
-    events, objects = _events(state, response, new_source_state, options, alias)
+    events, objects = _events(state, response, new_source_state, options, alias, dataset.on_local_disk)
     if not events:
         return state
     commit = dataset.commit(events, system_time=system_time, expected_head=state.head, objects=objects)
@@ -394,8 +396,10 @@ def _events(
     new_source_state: model.SourceState | None,
     options: IngestOptions,
     alias: str,
+    flush: bool,
 ) -> tuple[list[Any], list[StagedObject]]:
-    """SetDataSchema (first time) and the AddData blocks for what the engine wrote; [] if nothing changed."""
+    """SetDataSchema (first time) and the AddData blocks for what the engine wrote; [] if nothing changed.
+    `flush`: the slices stay on this disk (`stage_slice`)."""
     events: list[Any] = schema_events(state, response, alias, options.schema_policy)
     objects: list[StagedObject] = []
     watermark = state.watermark
@@ -411,7 +415,7 @@ def _events(
     for written in [*middle, last]:
         if written is None:
             break
-        new_data, staged = stage_slice(written)
+        new_data, staged = stage_slice(written, flush=flush)
         objects.append(staged)
         if written.max_event_time is not None:
             watermark = _max(watermark, Timestamp.parse(written.max_event_time))
@@ -471,12 +475,17 @@ def schema_events(state: ChainState, response: IngestResponse, alias: str, polic
 
 
 def stage_slice(
-    written: OutputSlice, known: Mapping[str, KnownColumn] | None = None
+    written: OutputSlice, known: Mapping[str, KnownColumn] | None = None, *, flush: bool = False
 ) -> tuple[model.DataSlice, StagedObject]:
     """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`; `known`:
-    columns hashed ahead (`parquet_hashes`)."""
+    columns hashed ahead (`parquet_hashes`). `flush`: the file will stay on this disk, so its pages are
+    written out while it is hashed (I/O under CPU work), and the commit's fsync finds them there."""
     path = Path(written.path)
-    logical, physical = parquet_hashes(path, known)
+    with ThreadPoolExecutor(1, thread_name_prefix="odf-flush") as flusher:
+        flushed = flusher.submit(fsync_path, path) if flush else None
+        logical, physical = parquet_hashes(path, known)
+        if flushed is not None:
+            flushed.result()
     data_slice = model.DataSlice(
         logical_hash=logical,
         physical_hash=physical,

@@ -184,7 +184,7 @@ class LocalObjectStore(ObjectStore):
             for tmp, path in done:
                 os.replace(tmp, path)
             for directory in {path.parent for _, path in done}:
-                _fsync_path(str(directory))
+                fsync_path(str(directory))
         except BaseException:
             for tmp, _ in staged:
                 with contextlib.suppress(FileNotFoundError):
@@ -258,7 +258,8 @@ class LocalObjectStore(ObjectStore):
 _PARALLEL_FSYNCS = 16
 
 
-def _fsync_path(path: str) -> None:
+def fsync_path(path: str | Path) -> None:
+    """Flushes a file's (or a directory's) data to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -127,11 +127,15 @@ def execute_batch(
     op_dir: Path,
     system_time: Timestamp,
     schema_policy: str = STRICT,
+    *,
+    to_commit: bool = False,
 ) -> BatchOutput:
     """Runs one batch on the engine against the derivative's `state` (as of before the batch).
 
-    Shared by transforms and by reproducibility verification, which replays recorded batches.
+    Shared by transforms (`to_commit`: the output goes into the dataset) and by reproducibility
+    verification, which replays recorded batches.
     """
+    dataset = repo.dataset_by_id(state.dataset_id) if state.dataset_id is not None else None
     vocab = Vocab.of(state.vocab)
     with SystemColumnsAhead(
         offset=vocab.offset_column,
@@ -147,9 +151,9 @@ def execute_batch(
     new_data = None
     if response.slices:
         [written] = response.slices
-        new_data, staged = stage_slice(written, ahead.columns)
+        flush = to_commit and dataset is not None and dataset.on_local_disk
+        new_data, staged = stage_slice(written, ahead.columns, flush=flush)
         objects.append(staged)
-    dataset = repo.dataset_by_id(state.dataset_id) if state.dataset_id is not None else None
     watermarks = _input_watermarks(repo, dataset, state, batch)
     new_checkpoint = None
     if watermarks:
@@ -299,7 +303,9 @@ def _run_batch(
             state, last_offset=None, checkpoint=None, watermark=None, transform_inputs={}
         )
     with operation_dir(options.work_dir) as op_dir:
-        output = execute_batch(repo, state, name, batch, runner, op_dir, system_time, options.schema_policy)
+        output = execute_batch(
+            repo, state, name, batch, runner, op_dir, system_time, options.schema_policy, to_commit=True
+        )
         commit = dataset.commit(
             kept + output.events,
             system_time=system_time,

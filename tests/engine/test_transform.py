@@ -10,7 +10,7 @@ import pytest
 
 from airflow_odf.cli import main
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.odf import logical_hash, model
+from airflow_odf.odf import ingest, logical_hash, model
 from airflow_odf.odf.data_access import read_slice
 from airflow_odf.odf.ingest import IngestError, IngestOptions, push_ingest
 from airflow_odf.odf.integrity import verify_integrity
@@ -112,8 +112,12 @@ def test_incremental_and_pinned_transforms(
         "_hash_parquet_column",
         lambda digest, *args: read_from_file.append(digest.schema.names[args[-1]]) or read(digest, *args),
     )
+    flushed: list[str] = []  # the slice goes into the local store: written out while it is hashed
+    flush = ingest.fsync_path
+    monkeypatch.setattr(ingest, "fsync_path", lambda path: flushed.append(Path(path).name) or flush(path))
     rest = run_transform(repo, "acme", runner, options, system_time=T3)
     assert sorted(read_from_file) == ["event_time", "price10", "symbol"]
+    assert flushed == ["slice.parquet"]
     assert len(rest.new_blocks) == 1 and rest.records == 1
     assert _rows(repo, "acme") == [(0, 0, "ACME", 15.0), (1, 0, "ACME", 25.0)]
     last = derivative.block(derivative.head()).event
