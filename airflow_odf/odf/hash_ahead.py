@@ -17,7 +17,6 @@ import hashlib
 import os
 import sys
 import threading
-from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -32,37 +31,38 @@ ROWS_PER_STATE = 1 << 16
 
 
 class _ColumnAhead:
-    """One known column: its values by position and its hasher's states so far (the background thread
+    """One known column, value `first + step * row`: its hasher's states so far (the background thread
     appends, readers take copies)."""
 
-    def __init__(self, name: str, arrow_type: pa.DataType, values: Callable[[int, int], np.ndarray]) -> None:
+    def __init__(self, name: str, arrow_type: pa.DataType, first: int, step: int) -> None:
         self.type_bytes = column_type_bytes(arrow_type, name)
         self.width = arrow_type.bit_width // 8
-        self._values = values
-        self._states = [hashlib.sha3_256(self.type_bytes)]  # state k: after k * ROWS_PER_STATE rows
+        self._first, self._step, self._rows = first, step, ROWS_PER_STATE
+        self._dtype = np.dtype(f"<i{self.width}")
+        self._ramp = np.arange(self._rows, dtype=self._dtype) * step
+        self._buffer = np.full(self._rows, first, dtype=self._dtype)
+        self._states = [hashlib.sha3_256(self.type_bytes)]  # state k: after k * self._rows rows
 
     def advance(self) -> None:
+        """Hashes the next rows. The GIL is held only for microseconds (numpy's ufuncs and SHA3 release
+        it), so that this low-priority thread never keeps others waiting for it."""
         k = len(self._states) - 1
+        if self._step:
+            np.add(self._ramp, self._first + self._step * k * self._rows, out=self._buffer)
         state = self._states[k].copy()
-        state.update(self._values(k * ROWS_PER_STATE, ROWS_PER_STATE).view(np.uint8))
+        state.update(self._buffer.view(np.uint8))
         self._states.append(state)
 
     def hasher_at(self, rows: int) -> tuple[Any, int]:
         states = self._states
-        k = min(rows // ROWS_PER_STATE, len(states) - 1)
-        return states[k].copy(), k * ROWS_PER_STATE
+        k = min(rows // self._rows, len(states) - 1)
+        return states[k].copy(), k * self._rows
 
     def expected(self, start: int, count: int) -> np.ndarray:
-        return self._values(start, count)
-
-
-def _counting(first: int) -> Callable[[int, int], np.ndarray]:
-    return lambda start, count: np.arange(first + start, first + start + count, dtype=np.int64)
-
-
-def _constant(value: int, dtype: type[np.integer[Any]]) -> Callable[[int, int], np.ndarray]:
-    block = np.full(ROWS_PER_STATE, value, dtype=dtype)
-    return lambda _start, count: block[:count] if count <= block.size else np.full(count, value, dtype=dtype)
+        if not self._step:
+            return np.full(count, self._first, dtype=self._dtype)
+        first = self._first + self._step * start
+        return np.arange(first, first + self._step * count, self._step, dtype=self._dtype)
 
 
 class SystemColumnsAhead:
@@ -82,9 +82,9 @@ class SystemColumnsAhead:
     ) -> None:
         millis = time.epoch_nanos() // 1_000_000
         self._ahead = {
-            offset: _ColumnAhead(offset, pa.int64(), _counting(next_offset)),
-            op: _ColumnAhead(op, pa.int32(), _constant(0, np.int32)),
-            system_time: _ColumnAhead(system_time, pa.timestamp("ms", tz="UTC"), _constant(millis, np.int64)),
+            offset: _ColumnAhead(offset, pa.int64(), next_offset, 1),
+            op: _ColumnAhead(op, pa.int32(), 0, 0),
+            system_time: _ColumnAhead(system_time, pa.timestamp("ms", tz="UTC"), millis, 0),
         }
         self.columns: dict[str, KnownColumn] = dict(self._ahead)
         self._max_rows = max_rows
