@@ -302,8 +302,11 @@ class SteppedColumn:
     step: int
 
 
-def write_stepped_columns(path: str, columns: Sequence[SteppedColumn], row_counts: Sequence[int]) -> None:
-    """Writes a Parquet file of `columns`, one row group per count, for `splice`. Each chunk is one
+def write_stepped_columns(
+    path: str, columns: Sequence[SteppedColumn], row_counts: Sequence[int]
+) -> ParquetSource:
+    """Writes a Parquet file of `columns`, one row group per count, and returns it as a source for
+    `splice` (its footer as built, not read back). Each chunk is one
     DELTA_BINARY_PACKED page, built directly: such a sequence is its first value and, per block of 128
     values, the step, with miniblocks of zero bits. No value is visited; snappy-compressed pages of a
     few bytes per thousand rows. Statistics as pyarrow writes them (min, max, no nulls)."""
@@ -320,11 +323,12 @@ def write_stepped_columns(path: str, columns: Sequence[SteppedColumn], row_count
     root = tc.Struct(
         [tc.Field(4, tc.BINARY, b"schema"), tc.Field(_SCHEMA_NUM_CHILDREN, tc.I32, len(columns))]
     )
+    schema = [root, *(c.element for c in columns)]
     type_defined_order = tc.Struct([tc.Field(1, tc.STRUCT, tc.Struct())])
     footer = tc.Struct(
         [
             tc.Field(_FILE_VERSION, tc.I32, 1),
-            tc.Field(_FILE_SCHEMA, tc.LIST, tc.ThriftList(tc.STRUCT, [root, *(c.element for c in columns)])),
+            tc.Field(_FILE_SCHEMA, tc.LIST, tc.ThriftList(tc.STRUCT, list(schema))),
             tc.Field(_FILE_NUM_ROWS, tc.I64, start),
             tc.Field(_FILE_ROW_GROUPS, tc.LIST, tc.ThriftList(tc.STRUCT, row_groups)),
             tc.Field(
@@ -336,6 +340,7 @@ def write_stepped_columns(path: str, columns: Sequence[SteppedColumn], row_count
     out += encoded + struct.pack("<I", len(encoded)) + _MAGIC
     with open(path, "wb") as f:
         f.write(out)
+    return ParquetSource(path, footer, _top_fields(path, schema), row_groups)
 
 
 def _stepped_chunk(column: SteppedColumn, start: int, count: int, position: int) -> tuple[tc.Struct, bytes]:

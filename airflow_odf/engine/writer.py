@@ -199,13 +199,12 @@ def write_in_frame_order(
     The frame's order is partition by partition — in partition order, or in the order of the partitions'
     `partition_keys` when given (a future: they may be read while Spark writes; if they turn out None,
     the order is unknown, nothing is assembled and None is returned) — each partition's rows in the
-    order Spark produces them. Offsets are
-    contiguous from `next_offset` in that order. Spark writes the partitions in parallel into part
-    files; their row groups are then spliced in that order into the slice's file, next to the added
-    `offset` (its position plus `next_offset`), `system_time` and, when the frame has none, `op` = 0 (+A):
-    no row goes through one partition, no sort, no shuffle and no counting pass. The file is Spark's own
-    but for the system columns: its encodings, its schema metadata, snappy. Returns the slice (none when
-    the frame is empty) and a file holding the schema.
+    order Spark produces them. Offsets are contiguous from `next_offset` in that order. Spark writes the
+    partitions in parallel into part files; their row groups are then spliced in that order into the
+    slice's file, next to the added `offset` (its position plus `next_offset`), `system_time` and, when
+    the frame has none, `op` = 0 (+A): no row goes through one partition, no sort, no shuffle and no
+    counting pass. The file is Spark's own but for the system columns: its encodings, its schema
+    metadata, snappy. Returns the slice (none when the frame is empty) and a file holding the schema.
     """
     data_columns = [F.col(f"`{c}`") for c in df.columns if c not in (vocab.op, vocab.event_time)]
     op = [F.col(f"`{vocab.op}`").cast("int").alias(vocab.op)] if vocab.op in df.columns else []
@@ -323,8 +322,7 @@ def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datet
         if layout.has_op:
             del added[vocab.op]
         columns_path = os.path.join(os.path.dirname(parts[0]), "system-columns.parquet")
-        write_stepped_columns(columns_path, list(added.values()), row_counts)
-        columns = ParquetSource.open(columns_path)
+        columns = write_stepped_columns(columns_path, list(added.values()), row_counts)
         # sides: 0 = Spark's parts (the slice keeps their root element and creator), 1 = the system columns
         sides = [data, Side(columns, [(columns, i) for i in range(len(row_counts))])]
         side = {name: (1, index) for index, name in enumerate(added)}

@@ -25,6 +25,7 @@ import os
 import struct
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -585,23 +586,22 @@ def parquet_hashes(
                 for batch in parquet.iter_batches(batch_size=PARQUET_BATCH_SIZE):
                     digest.update(batch)
             else:
-                # the costliest tasks first (estimated from the footer), so that no long one starts last
+                # the costliest tasks first (estimated from the footer; the file's bytes: its size), so
+                # that no long one starts last
                 column = known or {}
                 costs = _column_costs(digest.schema, parquet.metadata)
-                costs = [0 if name in column else cost for name, cost in zip(names, costs, strict=True)]
-                order = sorted(range(len(names)), key=lambda i: -costs[i])
-                physical_at = sum(1 for cost in costs if cost > data.size)  # the file's bytes: its size
-                tasks = []
-                for position, i in enumerate(order):
-                    if position == physical_at:
-                        physical = pool.submit(_sha3, data)
-                    tasks.append(
-                        pool.submit(_hash_column, digest, data, parquet.metadata, i, column.get(names[i]))
+                file_bytes = partial(_sha3, data)
+                jobs = [(data.size, file_bytes)] + [
+                    (
+                        0 if name in column else cost,
+                        partial(_hash_column, digest, data, parquet.metadata, i, column.get(name)),
                     )
-                if physical_at == len(order):
-                    physical = pool.submit(_sha3, data)
-                for task in tasks:
+                    for i, (name, cost) in enumerate(zip(names, costs, strict=True))
+                ]
+                started = {job: pool.submit(job) for _, job in sorted(jobs, key=lambda j: -j[0])}
+                for task in started.values():
                     task.result()
+                physical = started[file_bytes]
             return Multihash(ARROW0_SHA3_256, digest.finalize()), Multihash(SHA3_256, physical.result())
 
 
