@@ -3,6 +3,9 @@ is always the file's."""
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -108,3 +111,19 @@ def test_other_values_are_hashed_from_the_file(
     logical, _ = parquet_hashes(path, _ahead().columns)
     assert logical == logical_hash_of_table(table)
     assert sorted(read_from_file) == sorted(["event_time", "name", column])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread scheduling policy: Linux")
+def test_the_thread_runs_only_on_idle_cpu() -> None:
+    """SCHED_IDLE, not merely nice 19: a thread that wakes up takes the CPU from it at once."""
+    seen: list[int] = []
+
+    def probe() -> None:
+        hash_ahead._lowest_priority()
+        seen.append(os.sched_getscheduler(threading.get_native_id()))
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    assert seen == [os.SCHED_IDLE]
+    assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER  # the caller's own stays
