@@ -125,9 +125,8 @@ def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> D
     reader = spark.read.schema(source.struct)
     if not source.paths:
         return spark.createDataFrame([], source.struct)
-    offset = F.col(quote_identifier(source.offset))
     if source.in_place is None:
-        return reader.parquet(*source.paths).filter(_in_range(offset, source)).orderBy(offset)
+        return reader.parquet(*source.paths).filter(_in_range(source)).orderBy(_offset(source))
     groups: list[tuple[list[str], bool]] = []  # (files, filtered to the range), in offset order
     for r in source.in_place:
         # a file wholly in range needs no filter: Spark then does not even decode its offsets
@@ -137,15 +136,19 @@ def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> D
         else:
             groups.append(([r.path], not whole))
     reads = [
-        reader.parquet(*files).filter(_in_range(offset, source)) if filtered else reader.parquet(*files)
+        reader.parquet(*files).filter(_in_range(source)) if filtered else reader.parquet(*files)
         for files, filtered in groups
     ]
     return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], source.struct)
 
 
-def _in_range(offset: Column, source: _Input) -> Column:
-    """Built only where a read needs it (a Spark expression costs a JVM round trip or two)."""
-    return offset.between(source.start, source.end)
+def _offset(source: _Input) -> Column:
+    """Built only where a read needs it: a Spark column costs a dozen JVM round trips."""
+    return F.col(quote_identifier(source.offset))
+
+
+def _in_range(source: _Input) -> Column:
+    return _offset(source).between(source.start, source.end)
 
 
 def _in_place_pays_off(paths: list[str]) -> bool:

@@ -55,6 +55,7 @@ from airflow_odf.engine.parquet_splice import (
     write_stepped_columns,
 )
 from airflow_odf.engine.partition_order import PartitionKey
+from airflow_odf.engine.spark_types import quote_identifier
 
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
 _PARTITION = "__odf_partition"
@@ -206,9 +207,7 @@ def write_in_frame_order(
     counting pass. The file is Spark's own but for the system columns: its encodings, its schema
     metadata, snappy. Returns the slice (none when the frame is empty) and a file holding the schema.
     """
-    data_columns = [F.col(f"`{c}`") for c in df.columns if c not in (vocab.op, vocab.event_time)]
-    op = [F.col(f"`{vocab.op}`").cast("int").alias(vocab.op)] if vocab.op in df.columns else []
-    frame = df.select(*op, F.col(f"`{vocab.event_time}`"), *data_columns)
+    frame = _parts_frame(df, vocab)
     parts_dir = os.path.join(out_dir, "parts")
     # the slice keeps these column chunks: snappy, row groups no longer than the system columns' writer
     # allows, and no dictionary where one would overflow and be thrown away (Spark's writer tries, at a
@@ -232,6 +231,18 @@ def write_in_frame_order(
     if not rows:
         return [], path  # a file with the schema and no row group
     return [_describe_slice(path, pq.ParquetFile(path).metadata, vocab)], path
+
+
+def _parts_frame(df: DataFrame, vocab: Vocabulary) -> DataFrame:
+    """`df` as the parts hold it: `op` (Int32) if the frame has one, the event time, the data columns.
+    A frame in that order already is taken as it is; another is reordered in one SQL select (built
+    from column objects, it would cost a hundred JVM round trips: 0.015 s before the job starts)."""
+    data = [c for c in df.columns if c not in (vocab.op, vocab.event_time)]
+    if vocab.op not in df.columns and df.columns == [vocab.event_time, *data]:
+        return df
+    op = [f"CAST({quote_identifier(vocab.op)} AS INT) AS {quote_identifier(vocab.op)}"]
+    columns = [vocab.event_time, *data]
+    return df.selectExpr(*(op if vocab.op in df.columns else []), *map(quote_identifier, columns))
 
 
 def _plain_columns(schema: T.StructType) -> list[str]:

@@ -468,3 +468,21 @@ def test_slice_spliced_from_many_row_groups(
         (10 + o, float(o), f"S{o % 7}", 0) for o in range(0, 4000, 997)
     ]
     assert {r["system_time"].timestamp() for r in rows} == {SYSTEM_TIME.timestamp()}
+
+
+def test_event_time_moves_first_and_names_with_dots_and_backticks_are_kept(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = _numbered_slice(tmp_path / "a.parquet", 0, 3)
+    query = "SELECT symbol AS `odd``name.x`, CAST(2 AS SMALLINT) AS op, price, event_time FROM t"
+    response = run_request(spark, _request(tmp_path, [{"query": query}], [_input("t", [data], 0, 2)]))
+    assert response.get("error") is None, response
+    table = pq.read_table(response["slices"][0]["path"])
+    assert table.schema.names == ["offset", "op", "system_time", "event_time", "odd`name.x", "price"]
+    assert table.schema.field("op").type == pa.int32()
+    source = pq.read_table(data)
+    assert table["event_time"].to_pylist() == source["event_time"].to_pylist()
+    assert table["odd`name.x"].to_pylist() == source["symbol"].to_pylist()
+    assert table["price"].to_pylist() == source["price"].to_pylist()
+    assert table["op"].to_pylist() == [2, 2, 2]
+    assert table["offset"].to_pylist() == [10, 11, 12]
