@@ -235,8 +235,8 @@ def write_in_frame_order(
 
 def _parts_frame(df: DataFrame, vocab: Vocabulary) -> DataFrame:
     """`df` as the parts hold it: `op` (Int32) if the frame has one, the event time, the data columns.
-    A frame in that order already is taken as it is; another is reordered in one SQL select (built
-    from column objects, it would cost a hundred JVM round trips: 0.015 s before the job starts)."""
+    A frame in that order already is taken as it is; another is reordered in one SQL select: 10 JVM
+    round trips before the job starts, where a select of column objects costs about 100 (0.03 s)."""
     data = [c for c in df.columns if c not in (vocab.op, vocab.event_time)]
     if vocab.op not in df.columns and df.columns == [vocab.event_time, *data]:
         return df
