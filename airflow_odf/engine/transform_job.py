@@ -126,7 +126,8 @@ def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> D
     if not source.paths:
         return spark.createDataFrame([], source.struct)
     if source.in_place is None:
-        return reader.parquet(*source.paths).filter(_in_range(source)).orderBy(_offset(source))
+        offset = _offset(source)
+        return reader.parquet(*source.paths).filter(_in_range(offset, source)).orderBy(offset)
     groups: list[tuple[list[str], bool]] = []  # (files, filtered to the range), in offset order
     for r in source.in_place:
         # a file wholly in range needs no filter: Spark then does not even decode its offsets
@@ -135,8 +136,9 @@ def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> D
             groups[-1][0].append(r.path)
         else:
             groups.append(([r.path], not whole))
+    in_range = _in_range(_offset(source), source) if any(filtered for _, filtered in groups) else None
     reads = [
-        reader.parquet(*files).filter(_in_range(source)) if filtered else reader.parquet(*files)
+        reader.parquet(*files).filter(in_range) if filtered else reader.parquet(*files)
         for files, filtered in groups
     ]
     return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], source.struct)
@@ -147,8 +149,8 @@ def _offset(source: _Input) -> Column:
     return F.col(quote_identifier(source.offset))
 
 
-def _in_range(source: _Input) -> Column:
-    return _offset(source).between(source.start, source.end)
+def _in_range(offset: Column, source: _Input) -> Column:
+    return offset.between(source.start, source.end)
 
 
 def _in_place_pays_off(paths: list[str]) -> bool:
