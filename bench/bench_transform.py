@@ -15,7 +15,7 @@ derivative's rows are exactly, in order, the filter + projection of the input in
 (computed with pyarrow), and the same multiset of rows as the bare job's output; its offsets are
 contiguous from 0. Also shown: how much of A is the engine request (the rest is the coordinator's:
 planning, both hashes of the output, the commit), and the CPU-seconds of A and B (this process and the
-local Spark JVM): A's CPU-seconds over the core count are the least wall time A could take.
+local Spark JVM, apart): A's CPU-seconds over the core count are the least wall time A could take.
 
 Usage: .venv/bin/python bench/bench_transform.py [--rows N] [--slices S] [--repeat K] [--dir DIR]
 """
@@ -30,8 +30,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -52,6 +54,7 @@ DDL = ["event_time TIMESTAMP", "id BIGINT", "symbol STRING", "price DOUBLE", "qt
 SQL = "SELECT event_time, symbol, price * qty AS notional FROM trades WHERE price > 250"
 BASE_MS = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
+T = TypeVar("T")
 
 
 def write_trades_parquet(path: Path, start: int, rows: int, seed: int) -> None:
@@ -141,6 +144,15 @@ def bare_job(spark: object, slice_files: list[str], out: Path) -> None:
     spark.sql(SQL).write.parquet(str(out))  # type: ignore[attr-defined]
 
 
+def timed_call(call: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[T, float, float, float]:
+    """`call(*args, **kwargs)`'s result, wall seconds, CPU-seconds of this process and of the local
+    Spark JVM."""
+    t0, (python0, jvm0) = time.perf_counter(), cpu_seconds()
+    result = call(*args, **kwargs)
+    wall, (python1, jvm1) = time.perf_counter() - t0, cpu_seconds()
+    return result, wall, python1 - python0, jvm1 - jvm0
+
+
 class TimedRunner:
     """The in-process runner, timing its engine requests (the rest of run_transform is the coordinator's:
     planning, the request, both hashes of the output, the commit)."""
@@ -191,55 +203,54 @@ def main() -> None:
         print(f"query: {SQL}")
         expected = expected_rows(slice_files)
         print(f"expected output: {expected.num_rows:,} rows")
-        times: dict[str, list[float]] = {k: [] for k in ("bare", "provider", "engine", "bare_cpu", "cpu")}
+        keys = ("bare", "provider", "engine", "bare_python", "bare_jvm", "python", "jvm")
+        times: dict[str, list[float]] = {k: [] for k in keys}
         for rep in range(args.repeat + 1):
             label = "warm-up" if rep == 0 else f"run {rep}"
             bare_dir = work / f"bare-{rep}"
-            t0, c0 = time.perf_counter(), cpu_seconds()
-            bare_job(spark, slice_files, bare_dir)
-            bare, bare_cpu = time.perf_counter() - t0, cpu_seconds() - c0
+            _, bare, bare_python, bare_jvm = timed_call(bare_job, spark, slice_files, bare_dir)
             name = f"notional-{time.time_ns()}"
             add_derivative(repo, name)
             options = TransformOptions(work_dir=work / "transform-work", log=lambda _line: None)
             timed = TimedRunner(runner)
-            t0, c0 = time.perf_counter(), cpu_seconds()
-            result = run_transform(repo, name, timed, options, system_time=T0)
-            provider, provider_cpu = time.perf_counter() - t0, cpu_seconds() - c0
+            result, provider, python, jvm = timed_call(
+                run_transform, repo, name, timed, options, system_time=T0
+            )
             assert result.records == expected.num_rows, (result.records, expected.num_rows)
             check(repo, name, bare_dir, expected)
             shutil.rmtree(bare_dir)
+            run = dict(
+                zip(keys, (bare, provider, timed.elapsed, bare_python, bare_jvm, python, jvm), strict=True)
+            )
             if rep > 0:
-                times["bare"].append(bare)
-                times["provider"].append(provider)
-                times["engine"].append(timed.elapsed)
-                times["bare_cpu"].append(bare_cpu)
-                times["cpu"].append(provider_cpu)
+                for key, value in run.items():
+                    times[key].append(value)
             print(
                 f"{label}: bare PySpark {bare:.2f} s, provider run_transform {provider:.2f} s "
                 f"({provider / bare:.2f}; engine request {timed.elapsed:.2f} s, coordinator "
-                f"{provider - timed.elapsed:.2f} s); CPU-seconds: bare {bare_cpu:.2f}, "
-                f"provider {provider_cpu:.2f}"
+                f"{provider - timed.elapsed:.2f} s); CPU-seconds: bare {bare_python + bare_jvm:.2f}, "
+                f"provider {python + jvm:.2f} (Python {python:.2f}, JVM {jvm:.2f})"
             )
             sys.stdout.flush()
-        bare_median = statistics.median(times["bare"])
-        provider_median = statistics.median(times["provider"])
-        engine_median = statistics.median(times["engine"])
+        median = {key: statistics.median(values) for key, values in times.items()}
         ratios = [a / b for a, b in zip(times["provider"], times["bare"], strict=True)]
         print(
-            f"median of {args.repeat}: bare {bare_median:.2f} s, provider {provider_median:.2f} s "
-            f"(engine request {engine_median:.2f} s), ratio of the medians "
-            f"{provider_median / bare_median:.2f}; median of the paired ratios "
+            f"median of {args.repeat}: bare {median['bare']:.2f} s, provider {median['provider']:.2f} s "
+            f"(engine request {median['engine']:.2f} s), ratio of the medians "
+            f"{median['provider'] / median['bare']:.2f}; median of the paired ratios "
             f"{statistics.median(ratios):.2f} "
             f"(range {min(ratios):.2f}-{max(ratios):.2f}); target <= 1.25; outputs checked equal"
         )
         cores = os.cpu_count() or 1
-        bare_cpu_median = statistics.median(times["bare_cpu"])
-        cpu_median = statistics.median(times["cpu"])
+        bare_cpu = statistics.median(
+            a + b for a, b in zip(times["bare_python"], times["bare_jvm"], strict=True)
+        )
+        cpu = statistics.median(a + b for a, b in zip(times["python"], times["jvm"], strict=True))
         print(
-            f"CPU-seconds (medians): bare {bare_cpu_median:.2f} (uses {bare_cpu_median / bare_median:.2f} "
-            f"of {cores} cores), provider {cpu_median:.2f}; the provider's work alone needs at least "
-            f"{cpu_median / cores:.2f} s on {cores} cores, "
-            f"{cpu_median / cores / bare_median:.2f} x the bare job"
+            f"CPU-seconds (medians): bare {bare_cpu:.2f} (uses {bare_cpu / median['bare']:.2f} of {cores} "
+            f"cores), provider {cpu:.2f} (Python {median['python']:.2f}, JVM {median['jvm']:.2f} against "
+            f"the bare job's JVM {median['bare_jvm']:.2f}); the provider's work alone needs at least "
+            f"{cpu / cores:.2f} s on {cores} cores, {cpu / cores / median['bare']:.2f} x the bare job"
         )
     finally:
         if not args.dir:

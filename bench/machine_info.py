@@ -24,18 +24,18 @@ def java_version() -> str:
     return out.splitlines()[0] if out else "java ?"
 
 
-def cpu_seconds() -> float:
-    """User + system CPU seconds used so far by this process and every live descendant (the local
-    Spark JVM included), so a benchmark can tell work from waiting: on a machine of C cores, a step
-    that needs W CPU-seconds cannot take less than W / C seconds of wall time."""
+def cpu_seconds() -> tuple[float, float]:
+    """User + system CPU seconds used so far by this process, and by its live descendants (the local
+    Spark JVM), so a benchmark can tell work from waiting, and the Python side's work from the JVM's:
+    on a machine of C cores, a step that needs W CPU-seconds cannot take less than W / C of wall time."""
     import psutil  # an Airflow dependency; imported here so the other helpers work without it
 
     me = psutil.Process()
-    total = 0.0
-    for process in [me, *me.children(recursive=True)]:
+    used = [0.0, 0.0]
+    for side, process in [(0, me), *((1, child) for child in me.children(recursive=True))]:
         try:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
             continue
-        total += times.user + times.system
-    return total
+        used[side] += times.user + times.system
+    return used[0], used[1]
