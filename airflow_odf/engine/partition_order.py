@@ -10,7 +10,9 @@ input partition passed on row by row (scans, filters, projections and unions of 
 exchanges, sorts or aggregates rows: `output_scans`), sorting the output's partitions by (union branch,
 first offset of the file, start of the split) puts the output in the inputs' offset order
 (`partition_keys`, which can be read while Spark runs the job). For any other plan there are no keys,
-and the caller reads the files one by one.
+and the caller reads the files one by one. Planning the query takes about 30 ms; when its analyzed plan
+already shows only filters, projections and unions (`looks_row_by_row`), the caller starts the job and
+plans it meanwhile.
 
 This looks at Spark's physical plan through its JVM objects (the pinned Spark version; tests check the
 order it gives). What it cannot read, it reports as no keys.
@@ -86,6 +88,31 @@ class _Union:
 
 ScanTree = _Scan | _Union
 """The scans behind a row-by-row plan's output partitions: one scan, or a union's branches in order."""
+
+
+# Logical operators whose physical plan is made of the above, file scans and unions; a subquery inside
+# an expression is not among them (the optimizer turns it into a join).
+_ROW_BY_ROW_LOGICAL = frozenset({"Project", "Filter", "SubqueryAlias", "View", "LogicalRelation", "Union"})
+
+
+def looks_row_by_row(df: DataFrame) -> bool:
+    """Whether `df`'s analyzed plan only projects, filters and unions file relations, with no subquery in
+    any expression: its physical plan then passes the scans' partitions on row by row, so the caller
+    can start the job and have `output_scans` confirm it meanwhile. The analyzed plan is already there:
+    a few JVM round trips per operator, where planning the query first costs about 30 ms."""
+    try:
+        plan = df._jdf.queryExecution().analyzed()
+        patterns = df.sparkSession._jvm.org.apache.spark.sql.catalyst.trees.TreePattern  # type: ignore[union-attr]
+        return not plan.containsPattern(patterns.PLAN_EXPRESSION()) and _logical_row_by_row(plan)
+    except Py4JError:
+        return False
+
+
+def _logical_row_by_row(node: Any) -> bool:
+    if node.getClass().getSimpleName() not in _ROW_BY_ROW_LOGICAL:
+        return False
+    children = node.children()
+    return all(_logical_row_by_row(children.apply(i)) for i in range(children.size()))
 
 
 def output_scans(df: DataFrame) -> ScanTree | None:

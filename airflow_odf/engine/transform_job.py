@@ -15,8 +15,9 @@ group (a few ms per million rows, files in parallel, while Spark plans the query
 one from there. A file wholly inside the request's offset range is read without a filter (Spark then
 does not even decode its offsets). The files wholly in range are read in one Spark read, one split per
 partition; when the query passes those partitions on row by row (filters, projections, unions), the
-plan tells which file and split each output partition came from, and the writer puts the partitions
-in offset order (partition_order.py). Any other query is planned again over one read per file,
+plan tells which file and split each output partition came from (read while Spark writes, and even
+planned then when the analyzed plan shows a plain filter or projection), and the writer puts the
+partitions in offset order (partition_order.py). Any other query is planned again over one read per file,
 concatenated in offset order (one read of all files would not do there: Spark orders partitions
 largest first), so that the view is in offset order before Spark exchanges rows. When the footers or
 the offsets do not show the order, or the input is many small files (a read per file costs about
@@ -44,7 +45,9 @@ from pyspark.sql import types as T
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.partition_order import (
     PartitionKey,
+    ScanTree,
     can_read_plans,
+    looks_row_by_row,
     one_split_per_partition,
     output_scans,
     partition_keys,
@@ -261,11 +264,13 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         if in_place and can_read_plans(spark):
             with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
                 output = _output(spark, request, footers, vocab, file_by_file=False)
-                scans = output_scans(output)
+                # a plain filter or projection is planned while Spark writes; anything else now (the
+                # optimizer may still make it row by row: a CTE, say)
+                row_by_row = looks_row_by_row(output)
+                scans = None if row_by_row else output_scans(output)
                 inputs, all_in_order = check.result()
-                if scans is not None and all_in_order:
-                    # the scans' splits are read while Spark writes (a few JVM round trips each)
-                    keys = helper.submit(partition_keys, scans, _first_offsets(in_place))
+                if (row_by_row or scans is not None) and all_in_order:
+                    keys = helper.submit(_keys_while_writing, output, scans, _first_offsets(in_place))
                     written = _written(output, request, vocab, keys)
                     if written is not None:
                         return written
@@ -314,6 +319,16 @@ def _output(
     views = {source.alias: _input_view(spark, source, file_by_file=file_by_file) for source in inputs}
     result = run_sql(spark, views, request["queries"], "transform")
     return _check_output(normalize_timestamps(result), vocab)
+
+
+def _keys_while_writing(
+    output: DataFrame, scans: ScanTree | None, first_offsets: dict[str, int]
+) -> list[PartitionKey] | None:
+    """The output partitions' keys, read in the helper thread while Spark writes (a few JVM round trips
+    per split), after planning the query when that was not done yet (`scans` None)."""
+    if scans is None:
+        scans = output_scans(output)
+    return None if scans is None else partition_keys(scans, first_offsets)
 
 
 def _first_offsets(ranges: list[SliceRange]) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -17,6 +18,7 @@ from pyspark.sql import functions as F
 
 from airflow_odf.engine import transform_job, writer
 from airflow_odf.engine.job import run_request
+from airflow_odf.engine.partition_order import looks_row_by_row, output_scans
 from airflow_odf.engine.spark_types import arrow_to_spark
 from airflow_odf.engine.writer import Vocabulary, normalize_timestamps, with_system_columns, write_slices
 
@@ -298,6 +300,69 @@ def test_splits_found_unusable_while_spark_writes_fall_back_to_a_read_per_file(
     assert prices == expected
     assert offsets == list(range(10, 10 + len(expected)))
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["data"]  # no parts left behind
+
+
+@pytest.mark.parametrize(
+    ("query", "planned_in"),
+    [
+        # a plain filter: its analyzed plan says row by row, so Spark plans it while the job runs
+        ("SELECT event_time, symbol, price FROM t WHERE symbol <> 'S3'", "odf-plan-helper"),
+        # a CTE: its analyzed plan does not, so it is planned first; the optimizer inlines it
+        ("WITH c AS (SELECT * FROM t WHERE symbol <> 'S3') SELECT event_time, symbol, price FROM c", "main"),
+    ],
+)
+def test_row_by_row_queries_are_planned_while_spark_writes_when_their_analyzed_plan_shows_it(
+    spark: SparkSession,
+    tmp_path: Path,
+    views: list[list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+    query: str,
+    planned_in: str,
+) -> None:
+    planned: list[str] = []
+    scans = transform_job.output_scans
+    monkeypatch.setattr(transform_job, "output_scans", lambda df: planned.append(_thread_kind()) or scans(df))
+    paths = _growing_slices(tmp_path)
+    response = run_request(spark, _request(tmp_path, [{"query": query}], [_input("t", paths, 0, 4999)]))
+    assert response.get("error") is None, response
+    assert planned == [planned_in]
+    assert views == [["in place, 0 filtered, one read of the whole files"]]
+    expected = [float(o) for o in range(5000) if o % 7 != 3]
+    assert _prices(response) == (list(range(10, 10 + len(expected))), expected)
+
+
+def _thread_kind() -> str:
+    name = threading.current_thread().name
+    return "main" if threading.current_thread() is threading.main_thread() else name.split("_")[0]
+
+
+@pytest.mark.parametrize(
+    ("query", "row_by_row"),
+    [
+        ("SELECT id, v * 2 AS w FROM a WHERE v > 3", True),
+        ("SELECT id FROM a UNION ALL SELECT id FROM b", True),
+        ("SELECT id FROM step", True),  # a query step's view over a filter
+        ("SELECT id FROM a WHERE id IN (SELECT id FROM b)", False),  # becomes a join
+        ("SELECT id, (SELECT max(id) FROM b) AS m FROM a", False),
+        ("SELECT DISTINCT id FROM a", False),
+        ("SELECT id FROM a ORDER BY id", False),
+        ("SELECT id FROM a LIMIT 3", False),
+        ("SELECT explode(array(id, v)) AS e FROM a", False),
+        ("SELECT max(id) FROM a", False),
+        ("WITH c AS (SELECT id FROM a) SELECT id FROM c", False),  # planned first instead
+    ],
+)
+def test_looks_row_by_row_from_the_analyzed_plan_only_where_the_physical_plan_is(
+    spark: SparkSession, tmp_path: Path, query: str, row_by_row: bool
+) -> None:
+    spark.range(20).selectExpr("id", "id * 2 AS v").write.parquet(str(tmp_path / "a"))
+    for view in ("a", "b"):
+        spark.read.parquet(str(tmp_path / "a")).createOrReplaceTempView(view)
+    spark.sql("SELECT id, v FROM a WHERE v > 3").createOrReplaceTempView("step")
+    df = spark.sql(query)
+    assert looks_row_by_row(df) is row_by_row
+    if row_by_row:  # never a query whose job would have to run again file by file
+        assert output_scans(df) is not None
 
 
 @pytest.mark.parametrize(
