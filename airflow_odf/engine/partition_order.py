@@ -90,7 +90,7 @@ ScanTree = _Scan | _Union
 """The scans behind a row-by-row plan's output partitions: one scan, or a union's branches in order."""
 
 
-# Logical operators whose physical plan is made of the above, file scans and unions; a subquery inside
+# Logical operators that Spark plans as `_ROW_BY_ROW` operators, file scans and unions; a subquery inside
 # an expression is not among them (the optimizer turns it into a join).
 _ROW_BY_ROW_LOGICAL = frozenset({"Project", "Filter", "SubqueryAlias", "View", "LogicalRelation", "Union"})
 
