@@ -30,12 +30,12 @@ def cpu_seconds() -> tuple[float, float]:
     on a machine of C cores, a step that needs W CPU-seconds cannot take less than W / C of wall time."""
     import psutil  # an Airflow dependency; imported here so the other helpers work without it
 
-    me = psutil.Process()
-    used = [0.0, 0.0]
-    for side, process in [(0, me), *((1, child) for child in me.children(recursive=True))]:
+    def used(process: psutil.Process) -> float:
         try:
             times = process.cpu_times()
         except psutil.NoSuchProcess:
-            continue
-        used[side] += times.user + times.system
-    return used[0], used[1]
+            return 0.0
+        return times.user + times.system
+
+    me = psutil.Process()
+    return used(me), sum(used(child) for child in me.children(recursive=True))
