@@ -5,7 +5,9 @@ and its planning (about 0.04 s per file, 0.2 s of a 1.2 s job over five files). 
 files is cheaper, but Spark orders its partitions largest split first, not in the files' order.
 
 So the files are read at once, one split per partition (`one_split_per_partition`), and the physical
-plan says which file and which byte range each partition reads. When every output partition is one
+plan says which file and which byte range each partition reads. When the coordinator hashes the parts
+while Spark writes them, the splits are chosen so that Spark runs them in the files' order where that
+can be had (`SplitPlan`). When every output partition is one
 input partition passed on row by row (scans, filters, projections and unions of those: nothing that
 exchanges, sorts or aggregates rows: `output_scans`), sorting the output's partitions by (union branch,
 first offset of the file, start of the split) puts the output in the inputs' offset order
@@ -29,6 +31,9 @@ from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 
 PartitionKey = tuple[int, ...]
+"""(union branches..., first offset of the file, start of the split, length of the split): sorting the
+keys puts the partitions in the inputs' offset order. A partition of several splits has the key None:
+it must write no rows (the files' rests, see `SplitPlan`)."""
 
 # Operators whose output partition i is their only child's partition i, row by row in the same order.
 _ROW_BY_ROW = frozenset(
@@ -37,7 +42,7 @@ _ROW_BY_ROW = frozenset(
 _OPEN_COST = "spark.sql.files.openCostInBytes"
 _MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
 # an open cost above any split size: Spark then never packs two splits into one partition
-_NEVER_PACK = 1 << 50
+NEVER_PACK = 1 << 50
 
 
 def can_read_plans(spark: SparkSession) -> bool:
@@ -46,11 +51,14 @@ def can_read_plans(spark: SparkSession) -> bool:
 
 
 @contextmanager
-def one_split_per_partition(spark: SparkSession, file_sizes: list[int]) -> Iterator[None]:
-    """For the body's file reads: splits as large as Spark would make them for files of `file_sizes`,
-    each in a partition of its own (the session's settings are restored afterwards). A Spark whose
-    settings cannot be read this way is left as it is: keys then come from its own partitions, and
-    there are none where it packed several files into one."""
+def one_split_per_partition(
+    spark: SparkSession, file_sizes: list[int], middles: list[list[int]] | None = None
+) -> Iterator[None]:
+    """For the body's file reads: each split in a partition of its own (the session's settings are
+    restored afterwards), the splits as large as Spark would make them for files of `file_sizes`, or,
+    given the files' row groups' `middles`, in the files' order where `SplitPlan.of` finds that it can
+    be had. A Spark whose settings cannot be read this way is left as it is: keys then come from its
+    own partitions, and there are none where it packed several files into one."""
     try:
         conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
         open_cost, max_bytes = conf.filesOpenCostInBytes(), conf.filesMaxPartitionBytes()
@@ -59,10 +67,8 @@ def one_split_per_partition(spark: SparkSession, file_sizes: list[int]) -> Itera
     except Py4JError:
         yield
         return
-    # Spark's own split size (FilePartition.maxSplitBytes)
-    total = sum(file_sizes) + open_cost * len(file_sizes)
-    split = min(max_bytes, max(open_cost, total // max(1, parallelism)))
-    settings = {_MAX_PARTITION_BYTES: str(split), _OPEN_COST: str(_NEVER_PACK)}
+    plan = SplitPlan.of(file_sizes, open_cost, max_bytes, parallelism, middles)
+    settings = {_MAX_PARTITION_BYTES: str(plan.split), _OPEN_COST: str(plan.open_cost)}
     before = {key: spark.conf.get(key, None) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
@@ -74,6 +80,47 @@ def one_split_per_partition(spark: SparkSession, file_sizes: list[int]) -> Itera
                 spark.conf.unset(key)
             else:
                 spark.conf.set(key, value)
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """The split size and open cost a read of many files is given."""
+
+    split: int
+    open_cost: int
+
+    @classmethod
+    def of(
+        cls,
+        file_sizes: list[int],
+        open_cost: int,
+        max_bytes: int,
+        parallelism: int,
+        middles: list[list[int]] | None = None,
+    ) -> SplitPlan:
+        """Spark's own split size (FilePartition.maxSplitBytes), each split alone in its partition; or,
+        given every file's row groups' `middles` (the split holding a row group's middle reads it), in
+        the files' order: splits as long as the smallest file, when that is less than Spark's own, more
+        than half the largest file, and holds every file's row groups' middles. Spark runs the splits
+        longest first, keeping the files' order among equal lengths, so every file's first split then
+        runs in the files' order, holding all its rows; the files' rests read none and share the last
+        partition (with no open cost Spark packs splits until they would pass the split size, which no
+        two first splits do). The parts are then committed about in the slice's order
+        (`parts_publisher`)."""
+        total = sum(file_sizes) + open_cost * len(file_sizes)
+        split = min(max_bytes, max(open_cost, total // max(1, parallelism)))
+        smallest, largest = min(file_sizes, default=0), max(file_sizes, default=0)
+        in_order = (
+            middles is not None
+            and 0 < smallest < split
+            and 2 * smallest > largest
+            # Spark keeps a split this small only if its bytes per core (without open cost) are no less
+            and smallest <= sum(file_sizes) // max(1, parallelism)
+            and all(middle < smallest for file in middles for middle in file)
+        )
+        if in_order and smallest < largest:
+            return cls(smallest, 0)
+        return cls(smallest if in_order else split, NEVER_PACK)
 
 
 @dataclass(frozen=True)
@@ -143,36 +190,38 @@ def _scans(node: Any) -> ScanTree | None:
     return None
 
 
-def partition_keys(scans: ScanTree, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:
-    """Per output partition (in Spark's partition order), its place in the inputs' offset order; None
-    unless every partition reads one split of one file. `first_offsets` maps a slice file's name to its
-    first offset. Reads every split through the JVM: a few round trips per partition."""
+def partition_keys(scans: ScanTree, first_offsets: Mapping[str, int]) -> list[PartitionKey | None] | None:
+    """Per output partition (in Spark's partition order), its place in the inputs' offset order, or
+    None for a partition of several splits (it must write no rows); None unless every split is of a file
+    in `first_offsets` (a slice file's name -> its first offset). Reads every split through the JVM: a
+    few round trips per partition."""
     try:
         return _keys(scans, first_offsets)
     except Py4JError:
         return None
 
 
-def _keys(scans: ScanTree, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:
+def _keys(scans: ScanTree, first_offsets: Mapping[str, int]) -> list[PartitionKey | None] | None:
     if isinstance(scans, _Scan):
         return _scan_keys(scans.node, first_offsets)
-    keys: list[PartitionKey] = []
+    keys: list[PartitionKey | None] = []
     for branch, child in enumerate(scans.branches):
         found = _keys(child, first_offsets)
         if found is None:
             return None
-        keys.extend((branch, *key) for key in found)
+        keys.extend(None if key is None else (branch, *key) for key in found)
     return keys
 
 
-def _scan_keys(scan: Any, first_offsets: Mapping[str, int]) -> list[PartitionKey] | None:
-    keys: list[PartitionKey] = []
+def _scan_keys(scan: Any, first_offsets: Mapping[str, int]) -> list[PartitionKey | None] | None:
+    keys: list[PartitionKey | None] = []
     for partition in scan.inputRDD().partitions():
         files = partition.files()
-        if len(files) != 1:
+        names = [split.toPath().getName() for split in files]
+        if any(name not in first_offsets for name in names):
             return None
-        name = files[0].toPath().getName()
-        if name not in first_offsets:
-            return None
-        keys.append((first_offsets[name], files[0].start()))
+        if len(files) == 1:
+            keys.append((first_offsets[names[0]], files[0].start(), files[0].length()))
+        else:
+            keys.append(None)
     return keys

@@ -52,6 +52,7 @@ from airflow_odf.engine.partition_order import (
     output_scans,
     partition_keys,
 )
+from airflow_odf.engine.parts_publisher import PartsTarget, row_group_midpoints
 from airflow_odf.engine.preprocess import run_sql
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
 from airflow_odf.engine.writer import (
@@ -262,7 +263,11 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         # the offset columns are read (pyarrow, without the GIL) while Spark plans the one-scan query
         check = helper.submit(_offsets_checked, footers)
         if in_place and can_read_plans(spark):
-            with one_split_per_partition(spark, [os.path.getsize(r.path) for r in in_place]):
+            sizes = [os.path.getsize(r.path) for r in in_place]
+            target = _parts_target(request, in_place)
+            # the parts published: in the files' order where it can be had
+            middles = None if target is None else list(target.midpoints.values())
+            with one_split_per_partition(spark, sizes, middles):
                 output = _output(spark, request, footers, vocab, file_by_file=False)
                 # a plain filter or projection is planned while Spark writes; anything else now (the
                 # optimizer may still make it row by row: a CTE, say)
@@ -271,13 +276,14 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                 inputs, all_in_order = check.result()
                 if (row_by_row or scans is not None) and all_in_order:
                     keys = helper.submit(_keys_while_writing, output, scans, _first_offsets(in_place))
-                    written = _written(output, request, vocab, keys)
+                    written = _written(output, request, vocab, keys, target)
                     if written is not None:
                         return written
         inputs, _ = check.result()
     # the query exchanges rows (joins, aggregates, windows, sorts), an input is sorted, or a partition
     # reads more than one split: a read per file
-    written = _written(_output(spark, request, inputs, vocab, file_by_file=True), request, vocab, None)
+    output = _output(spark, request, inputs, vocab, file_by_file=True)
+    written = _written(output, request, vocab, None, None)
     assert written is not None  # without keys, the frame's own partition order
     return written
 
@@ -286,9 +292,11 @@ def _written(
     output: DataFrame,
     request: dict[str, Any],
     vocab: Vocabulary,
-    keys: Future[list[PartitionKey] | None] | None,
+    keys: Future[list[PartitionKey | None] | None] | None,
+    publish_to: PartsTarget | None,
 ) -> dict[str, Any] | None:
-    """The response for `output` written as one slice; None when `keys` (from the plan) end up unknown."""
+    """The response for `output` written as one slice; None when `keys` (from the plan) end up unknown.
+    `publish_to`: where its parts are published while Spark writes them (`parts_publisher`)."""
     written = write_in_frame_order(
         output,
         request["out_dir"],
@@ -296,6 +304,7 @@ def _written(
         system_time=parse_time(request["system_time"]),
         next_offset=request["next_offset"],
         partition_keys=keys,
+        publish_to=publish_to,
     )
     if written is None:
         return None
@@ -323,12 +332,20 @@ def _output(
 
 def _keys_while_writing(
     output: DataFrame, scans: ScanTree | None, first_offsets: dict[str, int]
-) -> list[PartitionKey] | None:
+) -> list[PartitionKey | None] | None:
     """The output partitions' keys, read in the helper thread while Spark writes (a few JVM round trips
     per split), after planning the query when that was not done yet (`scans` None)."""
     if scans is None:
         scans = output_scans(output)
     return None if scans is None else partition_keys(scans, first_offsets)
+
+
+def _parts_target(request: dict[str, Any], in_place: list[SliceRange]) -> PartsTarget | None:
+    """Where the coordinator wants the parts while Spark writes them, if it does (`parts_publisher`)."""
+    ready_dir = request.get("parts_ready_dir")
+    if not ready_dir:
+        return None
+    return PartsTarget(ready_dir, {r.first: row_group_midpoints(r.footer) for r in in_place})
 
 
 def _first_offsets(ranges: list[SliceRange]) -> dict[str, int]:

@@ -21,6 +21,7 @@ The numbers the core needs are read from the Parquet footers, not by another pas
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -55,6 +56,7 @@ from airflow_odf.engine.parquet_splice import (
     write_stepped_columns,
 )
 from airflow_odf.engine.partition_order import PartitionKey
+from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget
 from airflow_odf.engine.spark_types import quote_identifier
 
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
@@ -193,7 +195,8 @@ def write_in_frame_order(
     vocab: Vocabulary,
     system_time: datetime,
     next_offset: int,
-    partition_keys: Future[list[PartitionKey] | None] | None = None,
+    partition_keys: Future[list[PartitionKey | None] | None] | None = None,
+    publish_to: PartsTarget | None = None,
 ) -> tuple[list[WrittenSlice], str] | None:
     """Writes `df` (event time, data columns, optionally `op`) as one slice, in the frame's order.
 
@@ -206,6 +209,8 @@ def write_in_frame_order(
     the frame has none, `op` = 0 (+A): no row goes through one partition, no sort, no shuffle and no
     counting pass. The file is Spark's own but for the system columns: its encodings, its schema
     metadata, snappy. Returns the slice (none when the frame is empty) and a file holding the schema.
+    `publish_to`: where the parts are published as Spark commits them, with `partition_keys` only
+    (`parts_publisher`).
     """
     frame = _parts_frame(df, vocab)
     parts_dir = os.path.join(out_dir, "parts")
@@ -215,7 +220,12 @@ def write_in_frame_order(
     parts_writer = frame.write.mode("overwrite").option("parquet.block.row.count.limit", _MAX_ROW_GROUP_ROWS)
     for name in _plain_columns(df.schema):  # the frame's types (its own schema would cost a round trip)
         parts_writer = parts_writer.option(f"parquet.enable.dictionary#{name}", "false")
-    parts_writer.parquet(parts_dir)
+    publisher = None
+    if publish_to is not None and partition_keys is not None:
+        cores = frame.sparkSession.sparkContext.defaultParallelism
+        publisher = PartsPublisher(parts_dir, publish_to, partition_keys, cores)
+    with publisher or contextlib.nullcontext():
+        parts_writer.parquet(parts_dir)
     keys = None
     if partition_keys is not None:
         keys = partition_keys.result()
@@ -223,6 +233,9 @@ def write_in_frame_order(
             shutil.rmtree(parts_dir, ignore_errors=True)
             return None
     parts = _part_files(parts_dir, keys)
+    if parts is None:
+        shutil.rmtree(parts_dir, ignore_errors=True)
+        return None
     target = os.path.join(out_dir, "data")
     os.makedirs(target, exist_ok=True)
     path = os.path.join(target, "slice.parquet")
@@ -256,9 +269,10 @@ def _plain_columns(schema: T.StructType) -> list[str]:
     ]
 
 
-def _part_files(parts_dir: str, partition_keys: Sequence[PartitionKey] | None) -> list[str]:
+def _part_files(parts_dir: str, partition_keys: Sequence[PartitionKey | None] | None) -> list[str] | None:
     """Spark's part files in partition order, or in their partitions' key order (a task writes
-    `part-<partition>-<job>[-c<n>]...parquet`)."""
+    `part-<partition>-<job>[-c<n>]...parquet`); None when a partition without a key (which must hold
+    no rows) wrote rows: the order is then unknown."""
     keyed = []
     for path in Path(parts_dir).glob("*.parquet"):
         match = _PART_FILE.fullmatch(path.name)
@@ -270,10 +284,13 @@ def _part_files(parts_dir: str, partition_keys: Sequence[PartitionKey] | None) -
                 "internal", f"Spark wrote partition {partition}; the plan showed {len(partition_keys)}"
             )
         key = partition_keys[partition] if partition_keys is not None else (partition,)
-        keyed.append(((key, int(match.group(2) or 0)), str(path)))
+        if key is None and pq.read_metadata(path).num_rows:
+            return None
+        # a partition without a key wrote no rows: last (only its schema may be needed)
+        keyed.append(((1,) if key is None else (0, *key), int(match.group(2) or 0), str(path)))
     if not keyed:
         raise EngineInputError("internal", f"Spark wrote no Parquet file into {parts_dir}")
-    return [path for _, path in sorted(keyed)]
+    return [path for *_, path in sorted(keyed)]
 
 
 _SPARK_ROW_METADATA = b"org.apache.spark.sql.parquet.row.metadata"

@@ -140,6 +140,10 @@ class TransformRequest:
     inputs: list[TransformInputSpec]
     out_dir: str
     vocab: Vocab = field(default_factory=Vocab)
+    # where the engine hard-links the output's part files as they are committed, named
+    # `<place>-<file>.parquet` (6 and 3 digits: the part's place in the slice, Spark's file number), for
+    # the coordinator to hash while the engine runs (`parts_ahead`)
+    parts_ready_dir: str | None = None
     kind: str = "transform"
     version: int = CONTRACT_VERSION
 

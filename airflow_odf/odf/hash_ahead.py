@@ -1,4 +1,5 @@
-"""The system columns of a transform's slice, hashed ahead while the engine runs.
+"""A transform's slice, hashed ahead while the engine runs: its system columns, and its data columns
+from Spark's part files as the engine publishes them (`parts_ahead`).
 
 A transform's slice holds `offset` = next offset, next + 1, ..., `system_time` = the request's time, and
 (unless the query selects one) `op` = +A in every row: values known before the engine has written a
@@ -7,7 +8,9 @@ fed in a background thread while the coordinator waits for the engine, at the lo
 (SCHED_IDLE on Linux) so that it takes only what the engine leaves idle, with the hasher's state kept
 every 64 Ki rows. Once the slice is written, a column continues from the latest state within its row
 count, but only when its values, read back from the file, are exactly the known ones
-(`logical_hash.parquet_hashes`): the hash is always the file's.
+(`logical_hash.parquet_hashes`): the hash is always the file's. Published parts are hashed first when
+there are any: the system columns are hashed up to the batch's input records, usually more than the
+output holds.
 """
 
 from __future__ import annotations
@@ -17,17 +20,21 @@ import hashlib
 import os
 import sys
 import threading
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from airflow_odf.odf.logical_hash import KnownColumn, column_type_bytes
+from airflow_odf.odf.logical_hash import HashedParts, KnownColumn, column_type_bytes
+from airflow_odf.odf.parts_ahead import PartsAhead
 from airflow_odf.odf.timestamps import Timestamp
 
 ROWS_PER_STATE = 1 << 16
 """Rows between two kept hasher states: the most a column hashes again after the engine has answered."""
+POLL_SECONDS = 0.01
+"""How often the published parts are looked for once nothing else is left to hash."""
 
 
 class _ColumnAhead:
@@ -65,10 +72,11 @@ class _ColumnAhead:
         return np.arange(first, first + self._step * count, self._step, dtype=self._dtype)
 
 
-class SystemColumnsAhead:
+class HashAhead:
     """Hashes a transform slice's known system columns in the background while the `with` body runs
     (the engine), up to `max_rows` rows (the batch's input records: more is rarely needed, and the rest
-    is hashed from the file). `columns` is what `parquet_hashes` takes as `known`."""
+    is hashed from the file), and the parts published in `parts_dir`. `columns` and `parts` are what
+    `parquet_hashes` takes as `known` and `parts`."""
 
     def __init__(
         self,
@@ -79,6 +87,7 @@ class SystemColumnsAhead:
         next_offset: int,
         time: Timestamp,
         max_rows: int,
+        parts_dir: Path | None = None,
     ) -> None:
         millis = time.epoch_nanos() // 1_000_000
         self._ahead = {
@@ -88,10 +97,15 @@ class SystemColumnsAhead:
         }
         self.columns: dict[str, KnownColumn] = dict(self._ahead)
         self._max_rows = max_rows
+        self._parts = PartsAhead(parts_dir) if parts_dir is not None else None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="odf-hash-ahead", daemon=True)
 
-    def __enter__(self) -> SystemColumnsAhead:
+    @property
+    def parts(self) -> HashedParts | None:
+        return self._parts.hashed if self._parts is not None else None
+
+    def __enter__(self) -> HashAhead:
         self._thread.start()
         return self
 
@@ -104,10 +118,17 @@ class SystemColumnsAhead:
     def _run(self) -> None:
         _lowest_priority()
         rows = 0
-        while rows < self._max_rows and not self._stop.is_set():
-            for column in self._ahead.values():
-                column.advance()
-            rows += ROWS_PER_STATE
+        while not self._stop.is_set():
+            if self._parts is not None and self._parts.hash_next(self._stop):
+                continue
+            if rows < self._max_rows:
+                for column in self._ahead.values():
+                    column.advance()
+                rows += ROWS_PER_STATE
+            elif self._parts is None:
+                return
+            else:
+                self._stop.wait(POLL_SECONDS)
 
 
 def _lowest_priority() -> None:

@@ -40,7 +40,7 @@ from airflow_odf.odf.engine_contract import (
 from airflow_odf.odf.engine_runner import EngineRunner
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
-from airflow_odf.odf.logical_hash import KnownColumn, parquet_hashes, physical_hash_of_file
+from airflow_odf.odf.logical_hash import HashedParts, KnownColumn, parquet_hashes, physical_hash_of_file
 from airflow_odf.odf.manifests import union_to_plain
 from airflow_odf.odf.multiformats import Multihash
 from airflow_odf.odf.prepare import prepare
@@ -475,15 +475,20 @@ def schema_events(state: ChainState, response: IngestResponse, alias: str, polic
 
 
 def stage_slice(
-    written: OutputSlice, known: Mapping[str, KnownColumn] | None = None, *, flush: bool = False
+    written: OutputSlice,
+    known: Mapping[str, KnownColumn] | None = None,
+    parts: HashedParts | None = None,
+    *,
+    flush: bool = False,
 ) -> tuple[model.DataSlice, StagedObject]:
-    """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`; `known`:
-    columns hashed ahead (`parquet_hashes`). `flush`: the file will stay on this disk, so its pages are
-    written out while it is hashed (I/O under CPU work), and the commit's fsync finds them there."""
+    """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`; `known`,
+    `parts`: columns hashed ahead (`parquet_hashes`). `flush`: the file will stay on this disk, so its
+    pages are written out while it is hashed (I/O under CPU work), and the commit's fsync finds them
+    there."""
     path = Path(written.path)
     with ThreadPoolExecutor(1, thread_name_prefix="odf-flush") as flusher:
         flushed = flusher.submit(fsync_path, path) if flush else None
-        logical, physical = parquet_hashes(path, known)
+        logical, physical = parquet_hashes(path, known, parts)
         if flushed is not None:
             flushed.result()
     data_slice = model.DataSlice(

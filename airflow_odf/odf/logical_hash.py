@@ -23,8 +23,10 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Protocol
 
@@ -37,8 +39,12 @@ from airflow_odf.odf.errors import OdfFormatError
 from airflow_odf.odf.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
 
 __all__ = [
+    "HashedParts",
     "KnownColumn",
+    "PartFile",
     "RecordDigest",
+    "hash_parquet_column",
+    "is_flat",
     "logical_hash_of_parquet",
     "logical_hash_of_table",
     "parquet_hashes",
@@ -466,6 +472,15 @@ class RecordDigest:
     def bytes_hashed(self) -> int:
         return sum(self._hashed)
 
+    def copy(self) -> RecordDigest:
+        """A digest fed what this one was, to be fed on its own."""
+        other = object.__new__(RecordDigest)
+        other.__dict__.update(self.__dict__)
+        other._top = self._top.copy()
+        other._columns = [column.copy() for column in self._columns]
+        other._hashed = list(self._hashed)
+        return other
+
     def update(self, batch: pa.RecordBatch | pa.Table) -> None:
         if isinstance(batch, pa.Table):
             for b in batch.to_batches():
@@ -569,12 +584,37 @@ class KnownColumn(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PartFile:
+    """A Parquet file whose row groups come first in another one, as they are (`parts_ahead`)."""
+
+    data: pa.Buffer
+    metadata: pq.FileMetaData
+
+
+@dataclass(frozen=True)
+class HashedParts:
+    """Part files, in order, and a digest over their schema whose flat column `name` was fed with the
+    first `fed[name]` of them (`parts_ahead`)."""
+
+    files: tuple[PartFile, ...]
+    digest: RecordDigest
+    fed: Mapping[str, int]
+
+    def rows_fed(self, name: str) -> int:
+        return sum(part.metadata.num_rows for part in self.files[: self.fed.get(name, 0)])
+
+
 def parquet_hashes(
-    path: str | os.PathLike[str], known: Mapping[str, KnownColumn] | None = None
+    path: str | os.PathLike[str],
+    known: Mapping[str, KnownColumn] | None = None,
+    parts: HashedParts | None = None,
 ) -> tuple[Multihash, Multihash]:
     """(logical hash, physical hash) of a parquet file, from one memory mapping of it, with the columns
     and the file's bytes hashed in parallel. A column named in `known` whose values are read back and
-    found to be exactly the known ones continues from the known column's hasher."""
+    found to be exactly the known ones continues from the known column's hasher; a column of `parts`
+    whose chunks in the file's first row groups are byte for byte the parts' continues from the parts'
+    hasher."""
     with pa.memory_map(os.fspath(path)) as source:
         data = source.read_buffer()  # zero-copy: the file's pages, shared by every reader below
         parquet = pq.ParquetFile(pa.BufferReader(data))
@@ -590,11 +630,17 @@ def parquet_hashes(
                 # that no long one starts last
                 column = known or {}
                 costs = _column_costs(digest.schema, parquet.metadata)
+                if parts is not None and parquet.metadata.num_rows:  # partly hashed already
+                    total = parquet.metadata.num_rows
+                    costs = [
+                        int(cost * (1 - parts.rows_fed(name) / total))
+                        for name, cost in zip(names, costs, strict=True)
+                    ]
                 file_bytes = partial(_sha3, data)
                 jobs = [(data.size, file_bytes)] + [
                     (
                         0 if name in column else cost,
-                        partial(_hash_column, digest, data, parquet.metadata, i, column.get(name)),
+                        partial(_hash_column, digest, data, parquet.metadata, i, column.get(name), parts),
                     )
                     for i, (name, cost) in enumerate(zip(names, costs, strict=True))
                 ]
@@ -624,10 +670,86 @@ def _column_costs(schema: pa.Schema, metadata: pq.FileMetaData) -> list[int]:
 
 
 def _hash_column(
-    digest: RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int, known: KnownColumn | None
+    digest: RecordDigest,
+    data: pa.Buffer,
+    metadata: pq.FileMetaData,
+    index: int,
+    known: KnownColumn | None,
+    parts: HashedParts | None,
 ) -> None:
-    if known is None or not _hash_known_column(digest, data, metadata, index, known):
-        _hash_parquet_column(digest, data, metadata, index)
+    if known is not None and _hash_known_column(digest, data, metadata, index, known):
+        return
+    first = _continue_from_parts(digest, data, metadata, index, parts) if parts is not None else 0
+    hash_parquet_column(digest, data, metadata, index, first)
+
+
+def _continue_from_parts(
+    digest: RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int, parts: HashedParts
+) -> int:
+    """Feeds column `index` from the parts' hasher when the file's first row groups are the parts' ones
+    for this column: the same Parquet column, and chunks byte for byte the same (so are their values).
+    Returns the number of those row groups (0: nothing fed)."""
+    field = digest.schema.field(index)
+    theirs = parts.digest.schema
+    if theirs.get_all_field_indices(field.name) != [j := theirs.get_field_index(field.name)]:
+        return 0
+    if not (is_flat(field.type) and field.equals(theirs.field(j))):
+        return 0
+    column, their_column = _parquet_leaf(digest.schema, index), _parquet_leaf(theirs, j)
+    group = 0
+    for part in parts.files[: parts.fed.get(field.name, 0)]:
+        if not metadata.schema.column(column).equals(part.metadata.schema.column(their_column)):
+            return 0
+        for their_group in range(part.metadata.num_row_groups):
+            if group == metadata.num_row_groups or not _same_chunk(
+                (data, metadata.row_group(group), column),
+                (part.data, part.metadata.row_group(their_group), their_column),
+            ):
+                return 0
+            group += 1
+    leaf, their_leaf = digest._first_leaf[index], parts.digest._first_leaf[j]
+    digest._columns[leaf] = parts.digest._columns[their_leaf].copy()
+    digest._hashed[leaf] += parts.digest._hashed[their_leaf]
+    return group
+
+
+def _same_chunk(
+    ours: tuple[pa.Buffer, pq.RowGroupMetaData, int], theirs: tuple[pa.Buffer, pq.RowGroupMetaData, int]
+) -> bool:
+    """Whether two column chunks hold the same rows, encoded the same way, in the same bytes."""
+    (data, group, column), (their_data, their_group, their_column) = ours, theirs
+    chunk, their_chunk = group.column(column), their_group.column(their_column)
+    described = [
+        (c.physical_type, c.compression, c.encodings, c.num_values, c.total_compressed_size)
+        for c in (chunk, their_chunk)
+    ]
+    if group.num_rows != their_group.num_rows or described[0] != described[1]:
+        return False
+    size = chunk.total_compressed_size
+    return data.slice(_chunk_start(chunk), size).equals(their_data.slice(_chunk_start(their_chunk), size))
+
+
+def _chunk_start(chunk: pq.ColumnChunkMetaData) -> int:
+    """Where a column chunk's pages begin: its dictionary page, if it has one, else its first data page."""
+    if chunk.has_dictionary_page and chunk.dictionary_page_offset:
+        return min(chunk.dictionary_page_offset, chunk.data_page_offset)
+    return chunk.data_page_offset
+
+
+def _parquet_leaf(schema: pa.Schema, index: int) -> int:
+    """The Parquet column (leaf) index of the first leaf of top-level column `index`."""
+    return sum(_parquet_leaves(_unwrap(schema.field(i).type)) for i in range(index))
+
+
+def is_flat(t: pa.DataType) -> bool:
+    """Whether a column's digest does not depend on how its rows are cut into batches: no struct (§D.5)
+    and no map (a list of key-value structs) at any depth."""
+    t = _unwrap(t)
+    if _pt.is_struct(t) or _pt.is_map(t):
+        return False
+    if _pt.is_list(t) or _pt.is_large_list(t) or _pt.is_fixed_size_list(t) or _is("is_list_view", t):
+        return is_flat(t.value_type)
+    return True
 
 
 def _hash_known_column(
@@ -665,25 +787,40 @@ def _sha3(data: pa.Buffer) -> bytes:
     return hashlib.sha3_256(memoryview(data)).digest()
 
 
-def _hash_parquet_column(
-    digest: RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int
-) -> None:
-    """Feeds one column of the file to its hashers in record order, with a reader of its own. A struct
-    column is read in the reference's batches of 10,000 rows (its digest depends on them, §D.5); any
-    other column in larger ones (fewer pieces, the same digest). A string or binary column whose every
-    page is dictionary-encoded is read as that dictionary: each distinct value is decoded and prefixed
-    once instead of once per row."""
+def hash_parquet_column(
+    digest: RecordDigest,
+    data: pa.Buffer,
+    metadata: pq.FileMetaData,
+    index: int,
+    first_row_group: int = 0,
+    until: threading.Event | None = None,
+) -> bool:
+    """Feeds one column of the file (from row group `first_row_group` on) to its hashers in record
+    order, with a reader of its own. A struct column is read in the reference's batches of 10,000 rows
+    (its digest depends on them, §D.5); any other column in larger ones (fewer pieces, the same digest).
+    A string or binary column whose every page is dictionary-encoded is read as that dictionary: each
+    distinct value is decoded and prefixed once instead of once per row. Stops between two batches once
+    `until` is set, the column then partly fed; returns whether it was fed to the end."""
     field = digest.schema.field(index)
-    leaf = sum(_parquet_leaves(_unwrap(digest.schema.field(i).type)) for i in range(index))
+    leaf = _parquet_leaf(digest.schema, index)
+    groups = range(first_row_group, metadata.num_row_groups)
+    if not groups:
+        return True
     as_dictionary = _is_varlen(_unwrap(field.type)) and all(
-        _dictionary_only(metadata.row_group(r).column(leaf)) for r in range(metadata.num_row_groups)
+        _dictionary_only(metadata.row_group(r).column(leaf)) for r in groups
     )
     parquet = pq.ParquetFile(
         pa.BufferReader(data), metadata=metadata, read_dictionary=[field.name] if as_dictionary else None
     )
     rows = PARQUET_BATCH_SIZE if _pt.is_struct(_unwrap(field.type)) else _CHUNK_ROWS
-    for batch in parquet.iter_batches(rows, columns=[field.name], use_threads=False):
+    read = parquet.iter_batches(
+        rows, row_groups=groups if first_row_group else None, columns=[field.name], use_threads=False
+    )
+    for batch in read:
+        if until is not None and until.is_set():
+            return False
         digest._update_column(index, batch.column(0))
+    return True
 
 
 def _dictionary_only(column: pq.ColumnChunkMetaData) -> bool:

@@ -31,7 +31,7 @@ from airflow_odf.odf.engine_contract import (
     schema_to_text,
 )
 from airflow_odf.odf.engine_runner import EngineRunner
-from airflow_odf.odf.hash_ahead import SystemColumnsAhead
+from airflow_odf.odf.hash_ahead import HashAhead
 from airflow_odf.odf.ingest import (
     IngestError,
     IngestResult,
@@ -137,13 +137,14 @@ def execute_batch(
     """
     dataset = repo.dataset_by_id(state.dataset_id) if state.dataset_id is not None else None
     vocab = Vocab.of(state.vocab)
-    with SystemColumnsAhead(
+    with HashAhead(
         offset=vocab.offset_column,
         op=vocab.operation_type_column,
         system_time=vocab.system_time_column,
         next_offset=_next_offset(state),
         time=system_time,
         max_rows=batch.num_records,
+        parts_dir=_parts_ready_dir(op_dir),
     ) as ahead:
         response = run_engine(repo, state, name, batch, runner, op_dir, system_time)
     events: list[Any] = schema_events(state, response, name, schema_policy)
@@ -152,7 +153,7 @@ def execute_batch(
     if response.slices:
         [written] = response.slices
         flush = to_commit and dataset is not None and dataset.on_local_disk
-        new_data, staged = stage_slice(written, ahead.columns, flush=flush)
+        new_data, staged = stage_slice(written, ahead.columns, ahead.parts, flush=flush)
         objects.append(staged)
     watermarks = _input_watermarks(repo, dataset, state, batch)
     new_checkpoint = None
@@ -177,6 +178,11 @@ def execute_batch(
     return BatchOutput(events, objects, response.num_records)
 
 
+def _parts_ready_dir(op_dir: Path) -> Path:
+    """Where the engine publishes the output's part files while it writes them (`parts_ahead`)."""
+    return op_dir / "parts-ready"
+
+
 def run_engine(
     repo: Repository,
     state: ChainState,
@@ -197,6 +203,7 @@ def run_engine(
         queries=sql_steps(state.transform.transform),
         inputs=[request_input(repo, planned, op_dir) for planned in batch.inputs],
         out_dir=str(op_dir / "out"),
+        parts_ready_dir=str(_parts_ready_dir(op_dir)),
         vocab=Vocab.of(state.vocab),
     )
     response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))

@@ -106,11 +106,11 @@ def test_incremental_and_pinned_transforms(
     assert execute.new_watermark == Timestamp.parse("2024-01-02T11:00:00Z")
     # then the rest, incrementally; the system columns are hashed ahead (and checked), not read again
     read_from_file: list[str] = []
-    read = logical_hash._hash_parquet_column
+    read = logical_hash.hash_parquet_column
     monkeypatch.setattr(
         logical_hash,
-        "_hash_parquet_column",
-        lambda digest, *args: read_from_file.append(digest.schema.names[args[-1]]) or read(digest, *args),
+        "hash_parquet_column",
+        lambda digest, *args: read_from_file.append(digest.schema.names[args[2]]) or read(digest, *args),
     )
     flushed: list[str] = []  # the slice goes into the local store: written out while it is hashed
     flush = ingest.fsync_path

@@ -248,6 +248,37 @@ def _growing_slices(tmp_path: Path) -> list[str]:
     return paths
 
 
+def test_parts_for_the_coordinator_come_in_the_files_order_and_the_rests_share_a_partition(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the coordinator hashes the parts while Spark writes (`parts_ready_dir`), files of about one
+    size are split as long as the smallest: Spark runs the splits longest first, keeping the files'
+    order among equal lengths, so the first splits run in offset order; the files' rests, which hold
+    no row group's middle, share the last partition and read no rows."""
+    paths, start = [], 0
+    for i, rows in enumerate((1000, 1100, 1200, 1300)):
+        paths.append(_numbered_slice(tmp_path / f"f{i}.parquet", start, rows))
+        start += rows
+    found: list[Any] = []
+    keys = transform_job.partition_keys
+    monkeypatch.setattr(
+        transform_job, "partition_keys", lambda scans, firsts: found.append(keys(scans, firsts)) or found[-1]
+    )
+    query = [{"query": "SELECT event_time, symbol, price FROM t WHERE symbol <> 'S3'"}]
+    ready = tmp_path / "ready"
+    request = {**_request(tmp_path, query, [_input("t", paths, 0, start - 1)]), "parts_ready_dir": str(ready)}
+    response = run_request(spark, request)
+    assert response.get("error") is None, response
+    split = Path(paths[0]).stat().st_size  # the smallest file's size
+    assert found == [[(0, 0, split), (1000, 0, split), (2100, 0, split), (3300, 0, split), None]]
+    assert _prices(response)[1] == [float(o) for o in range(start) if o % 7 != 3]
+    # what was published (when depends on the tasks' timing) is each file's part in its place
+    for part in ready.glob("*.parquet"):
+        place = int(part.name.split("-")[0])
+        rows = pq.read_table(paths[place]).column("price").to_pylist()
+        assert pq.read_table(part).column("price").to_pylist() == [p for p in rows if int(p) % 7 != 3]
+
+
 @pytest.mark.parametrize(("start", "end", "filtered"), [(0, 4999, 0), (100, 4899, 2)])
 def test_whole_files_read_at_once_keep_offset_order(
     spark: SparkSession, tmp_path: Path, views: list[list[str]], start: int, end: int, filtered: int

@@ -16,7 +16,7 @@ import pytest
 
 from airflow_odf.odf import hash_ahead
 from airflow_odf.odf import logical_hash as lh
-from airflow_odf.odf.hash_ahead import SystemColumnsAhead
+from airflow_odf.odf.hash_ahead import HashAhead
 from airflow_odf.odf.logical_hash import logical_hash_of_table, parquet_hashes, physical_hash_of_file
 from airflow_odf.odf.timestamps import Timestamp
 
@@ -40,9 +40,9 @@ def _slice(path: Path, **overrides: pa.Array) -> pa.Table:
     return table
 
 
-def _ahead(max_rows: int = ROWS) -> SystemColumnsAhead:
+def _ahead(max_rows: int = ROWS) -> HashAhead:
     """Hashed ahead as far as it goes (`max_rows`), waited for."""
-    with SystemColumnsAhead(
+    with HashAhead(
         offset="offset", op="op", system_time="system_time", next_offset=NEXT, time=TIME, max_rows=max_rows
     ) as ahead:
         target = _covered(max_rows)
@@ -64,13 +64,15 @@ def read_from_file(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Small states (many of them), and the names of the columns hashed from the file as usual."""
     monkeypatch.setattr(hash_ahead, "ROWS_PER_STATE", 64)
     names: list[str] = []
-    read = lh._hash_parquet_column
+    read = lh.hash_parquet_column
 
-    def recording(digest: lh.RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int) -> None:
+    def recording(
+        digest: lh.RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int, *rest: int
+    ) -> None:
         names.append(digest.schema.names[index])
-        read(digest, data, metadata, index)
+        read(digest, data, metadata, index, *rest)
 
-    monkeypatch.setattr(lh, "_hash_parquet_column", recording)
+    monkeypatch.setattr(lh, "hash_parquet_column", recording)
     return names
 
 
