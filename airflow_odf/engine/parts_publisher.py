@@ -17,15 +17,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from types import TracebackType
 
 import pyarrow.parquet as pq
 
 from airflow_odf.engine.partition_order import PartitionKey
+from airflow_odf.odf.background import BackgroundWork
 
 _COMMITTED_PART = re.compile(r"part-(\d+)-.*?(?:-c(\d+))?\.[^/]*parquet")
 POLL_SECONDS = 0.01
@@ -56,7 +55,7 @@ def row_group_midpoints(footer: pq.FileMetaData) -> list[int]:
     return middles
 
 
-class PartsPublisher:
+class PartsPublisher(BackgroundWork):
     """`with PartsPublisher(parts_dir, target, keys, cores):` around the write of `parts_dir`, whose
     slice follows the partitions' `keys` (nothing is published before they are known, and nothing at all
     if they turn out None). A split holds a row group when it holds its middle (Parquet's rule), so a
@@ -74,23 +73,14 @@ class PartsPublisher:
         self._cores = cores
         self._positions: dict[int, int] | None = None
         self._published: set[str] = set()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="odf-parts-publisher", daemon=True)
+        super().__init__("odf-parts-publisher", join=True)
 
-    def __enter__(self) -> PartsPublisher:
+    def _ready(self) -> bool:
         try:
             os.makedirs(self._ready_dir, exist_ok=True)
         except OSError:  # not a place this driver can write: nothing is published
-            return self
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, _type: type[BaseException] | None, _value: BaseException | None, _tb: TracebackType | None
-    ) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+            return False
+        return True
 
     def _run(self) -> None:
         while not self._stop.wait(POLL_SECONDS):

@@ -21,12 +21,12 @@ import os
 import sys
 import threading
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from airflow_odf.odf.background import BackgroundWork
 from airflow_odf.odf.logical_hash import HashedParts, KnownColumn, column_type_bytes
 from airflow_odf.odf.parts_ahead import PartsAhead
 from airflow_odf.odf.timestamps import Timestamp
@@ -72,7 +72,7 @@ class _ColumnAhead:
         return np.arange(first, first + self._step * count, self._step, dtype=self._dtype)
 
 
-class HashAhead:
+class HashAhead(BackgroundWork):
     """Hashes a transform slice's known system columns in the background while the `with` body runs
     (the engine), up to `max_rows` rows (the batch's input records: more is rarely needed, and the rest
     is hashed from the file), and the parts published in `parts_dir`. `columns` and `parts` are what
@@ -98,22 +98,11 @@ class HashAhead:
         self.columns: dict[str, KnownColumn] = dict(self._ahead)
         self._max_rows = max_rows
         self._parts = PartsAhead(parts_dir) if parts_dir is not None else None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="odf-hash-ahead", daemon=True)
+        super().__init__("odf-hash-ahead", join=False)  # a state under way is not waited for
 
     @property
     def parts(self) -> HashedParts | None:
         return self._parts.hashed if self._parts is not None else None
-
-    def __enter__(self) -> HashAhead:
-        self._thread.start()
-        return self
-
-    def __exit__(
-        self, _type: type[BaseException] | None, _value: BaseException | None, _tb: TracebackType | None
-    ) -> None:
-        # not joined: a state being computed now is not waited for (the thread ends after it)
-        self._stop.set()
 
     def _run(self) -> None:
         _lowest_priority()

@@ -79,6 +79,10 @@ def first_row_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return found
 
 
+def _data_columns(first_row_groups: dict[str, int]) -> list[int]:
+    return [first_row_groups[name] for name in ("event_time", "symbol", "notional")]
+
+
 def _expected(path: Path) -> tuple[Multihash, Multihash]:
     """The file's hashes the plain way: its rows as one table, its bytes streamed."""
     return lh.logical_hash_of_table(pq.read_table(path)), lh.physical_hash_of_file(path)
@@ -112,11 +116,7 @@ def test_the_first_parts_only_are_continued_from(
     assert ahead.hash_next(threading.Event())
     path = _slice(tmp_path, parts)
     assert lh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
-    assert {name: first_row_groups[name] for name in ("event_time", "symbol", "notional")} == {
-        "event_time": 2,
-        "symbol": 2,
-        "notional": 2,
-    }
+    assert _data_columns(first_row_groups) == [2, 2, 2]
 
 
 def test_parts_whose_bytes_are_not_the_slices_are_not_continued_from(
@@ -130,11 +130,7 @@ def test_parts_whose_bytes_are_not_the_slices_are_not_continued_from(
     assert [ahead.hash_next(stop) for _ in range(3)] == [True, True, True]
     path = _slice(tmp_path, parts)
     assert lh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
-    assert {name: first_row_groups[name] for name in ("event_time", "symbol", "notional")} == {
-        "event_time": 0,
-        "symbol": 0,
-        "notional": 0,
-    }
+    assert _data_columns(first_row_groups) == [0, 0, 0]
 
 
 def test_hashing_ahead_stops_when_told(tmp_path: Path, parts: list[Path]) -> None:
