@@ -1,12 +1,13 @@
 """The data columns of a transform's slice, hashed from Spark's part files while the engine still runs.
 
 The engine splices the slice from the part files of one Spark write, copying their column chunks as
-they are, and publishes each part as soon as Spark has committed it (`TransformRequest.parts_ready_dir`,
-named `<place>-<file>.parquet`). The coordinator hashes the published parts' columns in that order
-(`PartsAhead.hash_next`, called by the hash-ahead thread), so that when the engine answers only the
-parts of its last tasks are left. What was hashed ahead counts only where the slice's column chunks are
-byte for byte those of the parts, in the same order (`logical_hash.parquet_hashes`): the hash is
-always the file's. Columns with structs are left out: their digest depends on batch boundaries (§D.5).
+they are, and publishes the parts Spark has committed once fewer are still to come than it has cores
+(`TransformRequest.parts_ready_dir`, named `<place>-<file>.parquet`). The coordinator hashes the
+published parts' columns in that order (`PartsAhead.hash_next`, called by the hash-ahead thread), so
+that when the engine answers only the parts of its last tasks are left. What was hashed ahead counts
+only where the slice's column chunks are byte for byte those of the parts, in the same order
+(`logical_hash.parquet_hashes`): the hash is always the file's. Columns with structs are left out:
+their digest depends on batch boundaries (§D.5).
 """
 
 from __future__ import annotations
