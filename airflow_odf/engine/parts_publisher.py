@@ -26,9 +26,16 @@ import pyarrow.parquet as pq
 from airflow_odf.engine.partition_order import PartitionKey
 from airflow_odf.odf.background import BackgroundWork
 
-_COMMITTED_PART = re.compile(r"part-(\d+)-.*?(?:-c(\d+))?\.[^/]*parquet")
+_PART_FILE = re.compile(r"part-(\d+)-.*?(?:-c(\d+))?\.[^/]*parquet")
 POLL_SECONDS = 0.01
 """How often the committer's task directories are looked at (a directory listing: microseconds)."""
+
+
+def part_numbers(name: str) -> tuple[int, int] | None:
+    """(partition, file number) of a part file Spark's writer names `part-<partition>-<job>[-c<n>]...
+    parquet`; None for any other name."""
+    match = _PART_FILE.fullmatch(name)
+    return None if match is None else (int(match.group(1)), int(match.group(2) or 0))
 
 
 @dataclass(frozen=True)
@@ -141,9 +148,9 @@ def _committed_parts(parts_dir: str) -> Iterator[tuple[str, int, int]]:
         directories += [task.path for task in _entries(attempt.path) if task.name.startswith("task_")]
     for directory in directories:
         for part in _entries(directory):
-            match = _COMMITTED_PART.fullmatch(part.name)
-            if match is not None:
-                yield part.path, int(match.group(1)), int(match.group(2) or 0)
+            numbers = part_numbers(part.name)
+            if numbers is not None:
+                yield part.path, *numbers
 
 
 def _entries(path: str) -> list[os.DirEntry[str]]:

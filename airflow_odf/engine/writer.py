@@ -25,7 +25,6 @@ import contextlib
 import itertools
 import json
 import os
-import re
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import Future
@@ -56,7 +55,7 @@ from airflow_odf.engine.parquet_splice import (
     write_stepped_columns,
 )
 from airflow_odf.engine.partition_order import PartitionKey
-from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget
+from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget, part_numbers
 from airflow_odf.engine.spark_types import quote_identifier
 
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
@@ -64,7 +63,6 @@ _PARTITION = "__odf_partition"
 _POSITION = "__odf_position"
 # pyarrow's largest row group (the system columns' row groups match the parts')
 _MAX_ROW_GROUP_ROWS = 64 * 1024 * 1024
-_PART_FILE = re.compile(r"part-(\d+)-.*?(?:-c(\d+))?\.[^/]*parquet$")
 
 
 @dataclass(frozen=True)
@@ -226,14 +224,9 @@ def write_in_frame_order(
         publisher = PartsPublisher(parts_dir, publish_to, partition_keys, cores)
     with publisher or contextlib.nullcontext():
         parts_writer.parquet(parts_dir)
-    keys = None
-    if partition_keys is not None:
-        keys = partition_keys.result()
-        if keys is None:
-            shutil.rmtree(parts_dir, ignore_errors=True)
-            return None
-    parts = _part_files(parts_dir, keys)
-    if parts is None:
+    keys = None if partition_keys is None else partition_keys.result()
+    parts = None if partition_keys is not None and keys is None else _part_files(parts_dir, keys)
+    if parts is None:  # the partitions' order is unknown
         shutil.rmtree(parts_dir, ignore_errors=True)
         return None
     target = os.path.join(out_dir, "data")
@@ -275,10 +268,10 @@ def _part_files(parts_dir: str, partition_keys: Sequence[PartitionKey | None] | 
     no rows) wrote rows: the order is then unknown."""
     keyed = []
     for path in Path(parts_dir).glob("*.parquet"):
-        match = _PART_FILE.fullmatch(path.name)
-        if match is None:
+        numbers = part_numbers(path.name)
+        if numbers is None:
             raise EngineInputError("internal", f"unexpected file name from Spark's writer: {path}")
-        partition = int(match.group(1))
+        partition, file = numbers
         if partition_keys is not None and partition >= len(partition_keys):
             raise EngineInputError(
                 "internal", f"Spark wrote partition {partition}; the plan showed {len(partition_keys)}"
@@ -287,7 +280,7 @@ def _part_files(parts_dir: str, partition_keys: Sequence[PartitionKey | None] | 
         if key is None and pq.read_metadata(path).num_rows:
             return None
         # a partition without a key wrote no rows: last (only its schema may be needed)
-        keyed.append(((1,) if key is None else (0, *key), int(match.group(2) or 0), str(path)))
+        keyed.append(((1,) if key is None else (0, *key), file, str(path)))
     if not keyed:
         raise EngineInputError("internal", f"Spark wrote no Parquet file into {parts_dir}")
     return [path for *_, path in sorted(keyed)]
