@@ -248,7 +248,7 @@ class Dataset:
         raw = self.store.get_or_none(HEAD_REF)
         current = _parse_head(raw)
         if current != old:
-            raise ConflictError(f"head moved concurrently: expected {old}, found {current}")
+            raise ConflictError(f"{HEAD_REF} moved concurrently: expected {old}, found {current}")
         self.store.compare_and_swap(HEAD_REF, raw, None if new is None else str(new).encode())
 
     def reset(self, to: Multihash, *, expected_head: ExpectedHead = CURRENT_HEAD) -> CommitResult:
