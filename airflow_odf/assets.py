@@ -14,7 +14,7 @@ from urllib.parse import SplitResult
 from airflow.sdk import Asset
 
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.multiformats import DatasetId
+from airflow_odf.odf.format.multiformats import DatasetId
 
 SCHEME = "odf"
 _DID_PREFIX = "did:odf:"

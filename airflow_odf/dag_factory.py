@@ -22,10 +22,10 @@ from typing import Any
 from airflow.sdk import DAG, BaseOperator
 
 from airflow_odf.hooks.repo import OdfRepoHook
-from airflow_odf.odf import model
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.manifests import read_manifests
-from airflow_odf.odf.snapshot_order import dependency_order
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.manifests import read_manifests
+from airflow_odf.odf.repo.snapshot_order import dependency_order
 from airflow_odf.operators.ingest import OdfIngestOperator
 from airflow_odf.operators.manifest import OdfApplyManifestOperator
 from airflow_odf.operators.transform import OdfTransformOperator

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_odf.odf.engine_runner import EngineRunError
+from airflow_odf.odf.engine_client.runner import EngineRunError
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.fetch_types import FetchError
-from airflow_odf.odf.schema_evolution import SchemaChange, SchemaEvolutionError
-from airflow_odf.odf.storage import ConflictError
-from airflow_odf.odf.storage_http import HttpStoreError
-from airflow_odf.odf.storage_s3 import S3StoreError
+from airflow_odf.odf.ingest.fetch.types import FetchError
+from airflow_odf.odf.schema.evolution import SchemaChange, SchemaEvolutionError
+from airflow_odf.odf.storage.http import HttpStoreError
+from airflow_odf.odf.storage.s3 import S3StoreError
+from airflow_odf.odf.storage.store import ConflictError
 
 
 class OdfSchemaViolationException(AirflowFailException):

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_odf.assets import SCHEME, dataset_uri
-from airflow_odf.odf import model
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_evolution import odf_schema
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.evolution import odf_schema
 
 NAMESPACE = SCHEME
 _UNITS = {

@@ -1,7 +1,7 @@
 """Per-task overhead of the provider (issue 7): an ODF push ingest of a tiny file vs a bare Spark task.
 
 Set-up (untimed, as a deployment would do it once per machine): `odf engine warm-up` makes the class
-archive of the engine's JVM (`airflow_odf/odf/engine_warm_up.py`) in a temporary cache directory.
+archive of the engine's JVM (`airflow_odf/odf/engine_client/warm_up.py`) in a temporary cache directory.
 
 One-task DAGs run through Airflow (`dag.test()`, SQLite, a temporary DAGS_FOLDER), all submitting to
 the `spark_default` connection (`local[2]`) through the Spark provider's `SparkSubmitHook`, with the
@@ -154,13 +154,14 @@ class _Capture:
 def _prepare(work: Path) -> dict[str, Path]:
     """A fresh Airflow home, DAGS_FOLDER, repository, inputs and class archive; the environment Airflow
     reads at import."""
-    from airflow_odf.odf import model
-    from airflow_odf.odf.engine_runner import package_archive
-    from airflow_odf.odf.engine_start import DRIVER_JAVA_OPTIONS, fast_start_conf
-    from airflow_odf.odf.engine_warm_up import build_class_archive
+    from airflow_odf.odf.engine_client.fast_start import DRIVER_JAVA_OPTIONS, fast_start_conf
+    from airflow_odf.odf.engine_client.runner import package_archive
+    from airflow_odf.odf.engine_client.warm_up import build_class_archive
     from airflow_odf.odf.errors import OdfError
-    from airflow_odf.odf.ingest import IngestOptions, push_ingest
-    from airflow_odf.odf.repository import Repository
+    from airflow_odf.odf.format import model
+    from airflow_odf.odf.ingest.options import IngestOptions
+    from airflow_odf.odf.ingest.push import push_ingest
+    from airflow_odf.odf.repo.repository import Repository
 
     dags, repo = work / "dags", work / "repo"
     dags.mkdir()
@@ -279,7 +280,7 @@ def main() -> None:
                 times[key].append(_run(dags[key], key != "odf_plain"))
                 load.append(os.getloadavg()[0])
                 print(f"round {rep + 1} {key}: task {times[key][-1]:.2f} s", file=sys.stderr)
-        from airflow_odf.odf.repository import Repository
+        from airflow_odf.odf.repo.repository import Repository
 
         blocks = len(list(Repository.open(paths["repo"]).dataset("bench.tiny").iter_blocks()))
         med = {key: statistics.median(v) for key, v in times.items()}

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from airflow_odf.odf import model
-from airflow_odf.odf.flatbuffers_codec import block_hash, decode_block, encode_block
-from airflow_odf.odf.manifests import manifest_to_plain, read_manifests
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
+from airflow_odf.odf.format.manifests import manifest_to_plain, read_manifests
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
+from airflow_odf.odf.format.timestamps import Timestamp
 
 REPO = Path(__file__).resolve().parents[1]
 

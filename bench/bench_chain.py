@@ -34,13 +34,13 @@ from pathlib import Path
 
 from machine_info import cpu_model
 
-from airflow_odf.odf import model
-from airflow_odf.odf.chain_rules import ChainState
-from airflow_odf.odf.dataset import Dataset, fold
-from airflow_odf.odf.dataset_summary import SUMMARY_KEY
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
-from airflow_odf.odf.storage import LocalObjectStore
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.chain.dataset import Dataset, fold
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.chain.summary import SUMMARY_KEY
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.storage.local import LocalObjectStore
 
 SCHEMA = model.SetDataSchema(
     schema=model.DataSchema(

@@ -24,11 +24,12 @@ from pathlib import Path
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
-from airflow_odf.odf import model
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.ingest import IngestOptions, push_ingest
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
 
 DDL = ["event_time TIMESTAMP", "id BIGINT", "symbol STRING", "price DOUBLE", "qty INT"]
 BASE = datetime(2024, 1, 1, tzinfo=timezone.utc)

@@ -31,11 +31,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from machine_info import cpu_model
 
-from airflow_odf.odf.logical_hash import RecordDigest
+from airflow_odf.odf.hashing.arrow_digest import RecordDigest
 
 FIRST_HASH = """
 import sys, time
-from airflow_odf.odf.logical_hash import parquet_hashes
+from airflow_odf.odf.hashing.arrow_digest import parquet_hashes
 t0 = time.perf_counter()
 logical, _ = parquet_hashes(sys.argv[1])
 print(time.perf_counter() - t0, logical.digest.hex())

@@ -30,13 +30,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from airflow_odf.odf import model
-from airflow_odf.odf.dataset import StagedObject
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, Multihash
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.serve import RepositoryServer
-from airflow_odf.odf.sharing import pull_dataset
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.chain.dataset import StagedObject
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.sharing.push_pull import pull_dataset
+from airflow_odf.odf.sharing.serve import RepositoryServer
 
 NAME = "bench.pull"
 

@@ -44,11 +44,12 @@ from machine_info import cpu_seconds, java_version
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
-from airflow_odf.odf import model
-from airflow_odf.odf.ingest import IngestOptions, push_ingest
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.timestamps import Timestamp
-from airflow_odf.odf.transform import TransformOptions, run_transform
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.transform.execute import TransformOptions, run_transform
 
 DDL = ["event_time TIMESTAMP", "id BIGINT", "symbol STRING", "price DOUBLE", "qty INT"]
 SQL = "SELECT event_time, symbol, price * qty AS notional FROM trades WHERE price > 250"

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.ingest_job import arrow_schema, ingest_output, read_inputs
 from airflow_odf.engine.spark_types import Widening, arrow_to_spark, spark_to_arrow
 from airflow_odf.engine.writer import Vocabulary
 
@@ -29,12 +30,11 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the system time does not c
 
 def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Answers an InferRequest: `output_schema` (Arrow IPC, base64) and the `widenings` met."""
-    from airflow_odf.engine import job  # job dispatches to this module: imported when first needed
 
     vocab = Vocabulary.from_request(request.get("vocab", {}))
-    read_schema = job.arrow_schema(request.get("read_schema"))
+    read_schema = arrow_schema(request.get("read_schema"))
     widenings = _source_widenings(request, read_schema)
-    new, _ = job.read_inputs(spark, request, vocab)
+    new, _ = read_inputs(spark, request, vocab)
     if new is None:
         paths = ", ".join(item["path"] for item in request["inputs"]) or "no files"
         raise EngineInputError(
@@ -43,7 +43,7 @@ def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             "nothing to infer the schema from",
         )
     # as the first ingest: no previous state, no dataset schema; gathered (no partition count planned)
-    output = job.ingest_output(new, None, request, vocab, system_time=_EPOCH, next_offset=0, gather=True)
+    output = ingest_output(new, None, request, vocab, system_time=_EPOCH, next_offset=0, gather=True)
     schema = spark_to_arrow(output.schema)
     return {
         "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),

@@ -7,7 +7,7 @@ the whole job is done; a part is final from its task's commit on. While the writ
 hard-links each committed part into the request's `parts_ready_dir` as `<place>-<file>.parquet`: its
 partition's place in the slice among the partitions that hold rows, and the file number of Spark's name,
 so that the coordinator can hash the parts' columns while the job's last tasks still run
-(`airflow_odf.odf.parts_ahead`). The coordinator uses what it hashed only where the slice's column
+(`airflow_odf.odf.hashing.parts_ahead`). The coordinator uses what it hashed only where the slice's column
 chunks turn out to be byte for byte the parts' ones; publishing is an optimisation and never fails a
 write: a part that cannot be linked is simply not published.
 """
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import pyarrow.parquet as pq
 
 from airflow_odf.engine.partition_order import PartitionKey
-from airflow_odf.odf.background import BackgroundWork
+from airflow_odf.utils.background import BackgroundWork
 
 _PART_FILE = re.compile(r"part-(\d+)-.*?(?:-c(\d+))?\.[^/]*parquet")
 POLL_SECONDS = 0.01

@@ -16,8 +16,8 @@ from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.store_url import StoreCredentials, join_url, open_store
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.storage.url import StoreCredentials, join_url, open_store
 
 SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
 

@@ -5,7 +5,7 @@ Spark connection, default `spark_default`), streams Spark's output into the task
 job. We add what the engine contract needs: the job script, this package as `--py-files`, and the
 request / response files. A missing Spark connection fails the task clearly — the hook alone would
 silently fall back to YARN. On a `local` master, small jobs start with the fast-start JVM options of
-`airflow_odf.odf.engine_start` (off with `[odf] engine_fast_start = False`).
+`airflow_odf.odf.engine_client.fast_start` (off with `[odf] engine_fast_start = False`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from airflow.sdk import BaseHook
 from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_odf.odf.engine_runner import EngineRunError, job_script, package_archive
-from airflow_odf.odf.engine_start import fast_start_conf
+from airflow_odf.odf.engine_client.fast_start import fast_start_conf
+from airflow_odf.odf.engine_client.runner import EngineRunError, job_script, package_archive
 
 
 def with_fast_start(conf: dict[str, Any], master: str, request_json: str | None) -> dict[str, Any]:

@@ -20,9 +20,9 @@ from airflow_odf.assets import odf_asset
 from airflow_odf.exceptions import airflow_error
 from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.links import OdfDatasetLink
-from airflow_odf.odf.engine_runner import EngineRunner, require_local_spark
+from airflow_odf.odf.engine_client.runner import EngineRunner, require_local_spark
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.repository import DatasetNotFoundError, Repository
+from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository
 
 if TYPE_CHECKING:
     from airflow_odf.lineage import LineageDataset, OdfLineage

@@ -13,15 +13,12 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_odf.odf.ingest import (
-    IngestOptions,
-    IngestResult,
-    committed_with_extra,
-    pull_polling,
-    push_ingest,
-)
-from airflow_odf.odf.schema_policy import SCHEMA_POLICIES
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.polling import pull_polling
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.operation import IngestResult, committed_with_extra
+from airflow_odf.odf.schema.policy import SCHEMA_POLICIES
 from airflow_odf.operators.base import RUN_EXTRA_KEY, OdfBaseOperator, default_schema_policy
 
 

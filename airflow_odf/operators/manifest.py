@@ -13,11 +13,11 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_odf.odf import model
-from airflow_odf.odf.manifests import read_manifests
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.snapshot_order import dependency_order
-from airflow_odf.odf.transform_evolution import check_transform_change
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.manifests import read_manifests
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.repo.snapshot_order import dependency_order
+from airflow_odf.odf.transform.evolution import check_transform_change
 from airflow_odf.operators.base import OdfBaseOperator
 
 

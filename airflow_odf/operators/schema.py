@@ -12,9 +12,9 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_odf.odf.schema_inference import InferOptions, infer_schema
-from airflow_odf.odf.schema_migration import migrate_schema
-from airflow_odf.odf.schema_text import schema_yaml
+from airflow_odf.odf.ingest.schema_inference import InferOptions, infer_schema
+from airflow_odf.odf.repo.schema_migration import migrate_schema
+from airflow_odf.odf.schema.text import schema_yaml
 from airflow_odf.operators.base import OdfBaseOperator
 
 

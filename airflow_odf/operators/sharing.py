@@ -16,9 +16,9 @@ from typing import Any
 from airflow.sdk import Context
 
 from airflow_odf.hooks.repo import OdfRepoHook
-from airflow_odf.odf import model
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.sharing import SharingResult, pull_dataset, push_dataset
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.sharing.push_pull import SharingResult, pull_dataset, push_dataset
 from airflow_odf.operators.base import OdfBaseOperator
 
 

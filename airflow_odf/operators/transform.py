@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_odf.odf.multiformats import DatasetId
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_policy import SCHEMA_POLICIES
-from airflow_odf.odf.transform import TransformOptions, run_transform
+from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.policy import SCHEMA_POLICIES
+from airflow_odf.odf.transform.execute import TransformOptions, run_transform
 from airflow_odf.operators.base import OdfBaseOperator, default_schema_policy
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_odf.odf import model
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.transform_verify import verify_reproducibility
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.format import model
+from airflow_odf.odf.transform.verify import verify_reproducibility
 from airflow_odf.operators.base import OdfBaseOperator
 
 

@@ -14,7 +14,7 @@ from airflow.sdk import Context, PokeReturnValue
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.multiformats import Multihash
+from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.sensors.base import OdfBaseSensor
 from airflow_odf.triggers.head import OdfHeadTrigger, head_moved, moved_payload, read_head
 

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 from airflow.triggers.base import BaseEventTrigger, TriggerEvent
 
 from airflow_odf.hooks.repo import OdfRepoHook
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.repository import DatasetNotFoundError
-from airflow_odf.odf.store_url import open_store
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.repo.repository import DatasetNotFoundError
+from airflow_odf.odf.storage.url import open_store
 from airflow_odf.triggers.base import OdfPollingTrigger
 
 #: Where `OdfHeadEventTrigger` keeps the last head it reported (Airflow 3.3 asset state store).

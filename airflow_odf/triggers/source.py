@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.hooks.repo import OdfRepoHook
-from airflow_odf.odf.source_check import check_source
+from airflow_odf.odf.ingest.source_check import check_source
 from airflow_odf.triggers.base import OdfPollingTrigger
 
 _log = logging.getLogger(__name__)

@@ -60,8 +60,8 @@ def asset_events(uri_prefix: str) -> list[dict[str, Any]]:
 def check_trades_pipeline(run: Any, root: Path) -> None:
     """What example DAG 1 must leave, whatever the engine: every task succeeded, the transform pinned to
     the ingest's head, verification passed, and both datasets' asset events carry their heads."""
-    from airflow_odf.odf import model
-    from airflow_odf.odf.repository import Repository
+    from airflow_odf.odf.format import model
+    from airflow_odf.odf.repo.repository import Repository
 
     assert task_states(run) == {
         "apply_manifests": "success",

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from airflow_odf.links import OdfDatasetLink, dataset_url
-from airflow_odf.odf.multiformats import DatasetId
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.operators.base import asset_alias
 from airflow_odf.operators.transform import OdfTransformOperator
 from tests.airflow.dag_runs import load_dag, task_states, xcom

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import iter_slices, read_slice
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.chain.data_access import iter_slices, read_slice
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 from tests.airflow.dag_runs import EXAMPLES, load_dag, task_states, xcom
 
 PRODUCER, CONSUMER = "odf_trades_pipeline", "odf_asset_scheduled"
@@ -181,7 +181,7 @@ def test_asset_scheduled_dag(odf_repo: Path, monkeypatch: pytest.MonkeyPatch) ->
 
 def trades_dataset(root: Path) -> Repository:
     """The repository with `com.example.trades` created from its manifest (metadata only, no Spark)."""
-    from airflow_odf.odf.manifests import read_manifests
+    from airflow_odf.odf.format.manifests import read_manifests
 
     repo = Repository.init(root)
     [manifest] = read_manifests(EXAMPLES / "manifests" / "com.example.trades.yaml")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 from tests.airflow.dag_runs import load_dag, task_states, xcom
 
 ROOT, DAILY = "com.example.weather.readings", "com.example.weather.daily"

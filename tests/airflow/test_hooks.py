@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 
 from airflow_odf.hooks.repo import OdfRepoHook
-from airflow_odf.odf import model
-from airflow_odf.odf.engine_runner import EngineRunError, job_script
-from airflow_odf.odf.engine_start import class_archive_path
+from airflow_odf.odf.engine_client.fast_start import class_archive_path
+from airflow_odf.odf.engine_client.runner import EngineRunError, job_script
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 
 
 def _json_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:

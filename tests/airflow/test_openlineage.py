@@ -15,8 +15,8 @@ import pytest
 
 from airflow_odf import lineage
 from airflow_odf.lineage import LineageDataset, LineageField, OdfLineage, schema_fields, to_operator_lineage
-from airflow_odf.odf import model
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 from tests.airflow.dag_runs import load_dag, task_states
 
 ROOT, DAILY = "com.example.weather.readings", "com.example.weather.daily"

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import iter_slices, read_slice
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.chain.data_access import iter_slices, read_slice
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 from tests.airflow.dag_runs import load_dag, task_states, xcom
 from tests.unit.test_source_check import HttpSource, start_http_source
 

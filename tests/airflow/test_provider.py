@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 
 from airflow_odf.get_provider_info import get_provider_info
-from airflow_odf.odf.multiformats import DatasetId
+from airflow_odf.odf.format.multiformats import DatasetId
 
 PACKAGE = "airflow-provider-odf"
 

@@ -27,9 +27,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import tail
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.chain.data_access import tail
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.operators.base import RUN_EXTRA_KEY
 from tests.paths import REPO
 
@@ -147,7 +147,7 @@ CHILD = textwrap.dedent(
     kill_alias, mode = sys.argv[1], sys.argv[2]
 
     if kill_alias:
-        from airflow_odf.odf.storage import LocalObjectStore
+        from airflow_odf.odf.storage.store import LocalObjectStore
 
         original = LocalObjectStore.compare_and_swap
 

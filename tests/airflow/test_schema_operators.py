@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.operators.schema import OdfInferSchemaOperator, OdfMigrateSchemaOperator
 from tests.unit.test_schema_migration import _legacy_dataset
 

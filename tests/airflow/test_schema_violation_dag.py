@@ -19,8 +19,8 @@ from airflow.sdk.exceptions import AirflowException
 
 from airflow_odf.exceptions import OdfSchemaViolationException
 from airflow_odf.notifications.schema_violation import OdfSchemaViolationNotifier
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_evolution import SchemaChange
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.evolution import SchemaChange
 from tests.airflow.dag_runs import load_dag, task_states, xcom
 
 DATASET = "com.example.meters"

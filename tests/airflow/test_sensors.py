@@ -22,9 +22,9 @@ from airflow.sdk.exceptions import (
     TaskDeferred,
 )
 
-from airflow_odf.odf import model
-from airflow_odf.odf.multiformats import Multihash, base58btc_encode
-from airflow_odf.odf.repository import Repository
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import Multihash, base58btc_encode
+from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.sensors.head import OdfHeadChangedSensor
 from airflow_odf.sensors.source import OdfSourceChangedSensor
 from airflow_odf.triggers.head import OdfHeadTrigger

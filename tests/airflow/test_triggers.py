@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.repository import Repository, RepositoryError
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository, RepositoryError
 from airflow_odf.triggers.head import OdfHeadEventTrigger, OdfHeadTrigger
 
 DATASET = "com.example.watched"
@@ -199,7 +199,7 @@ def test_event_trigger_usable_as_asset_watcher() -> None:
     from airflow.sdk import Asset, AssetWatcher
 
     from airflow_odf.assets import dataset_uri
-    from airflow_odf.odf.multiformats import DatasetId
+    from airflow_odf.odf.format.multiformats import DatasetId
 
     watcher = AssetWatcher(name="odf_watcher", trigger=OdfHeadEventTrigger(dataset=DATASET))
     asset = Asset(name=DATASET, uri=dataset_uri(DatasetId.generate()[0]), watchers=[watcher])

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from airflow_odf.odf.flatbuffers_codec import block_hash, decode_block, encode_block
-from airflow_odf.odf.manifests import dump_manifest, load_manifests, read_single
+from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
+from airflow_odf.odf.format.manifests import dump_manifest, load_manifests, read_single
 from tests.paths import CONFORMANCE_BLOCKS
 
 CASES = json.loads((CONFORMANCE_BLOCKS / "cases.json").read_text())

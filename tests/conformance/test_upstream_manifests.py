@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.flatbuffers_codec import decode_table, encode_table
-from airflow_odf.odf.manifests import dump_manifest, load_manifests, read_manifests
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import decode_table, encode_table
+from airflow_odf.odf.format.manifests import dump_manifest, load_manifests, read_manifests
 from tests.paths import UPSTREAM, upstream_manifests
 
 FILES = upstream_manifests()

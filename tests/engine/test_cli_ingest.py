@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_odf.cli import main
+from airflow_odf.cli.main import main
 
 MANIFEST = """\
 kind: DatasetSnapshot

@@ -17,22 +17,19 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import read_slice
-from airflow_odf.odf.dataset import Dataset, StagedObject
-from airflow_odf.odf.fetch import SourceNotFoundError, SourceUnreachableError
-from airflow_odf.odf.ingest import (
-    IngestError,
-    IngestOptions,
-    pull_polling,
-    push_ingest,
-    push_ingest_bytes,
-)
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.logical_hash import logical_hash_of_parquet, physical_hash_of_file
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_evolution import SchemaEvolutionError
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.chain.data_access import read_slice
+from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.hashing.parquet_hashes import logical_hash_of_parquet, physical_hash_of_file
+from airflow_odf.odf.ingest.fetch.fetcher import SourceNotFoundError, SourceUnreachableError
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.polling import pull_polling
+from airflow_odf.odf.ingest.push import push_ingest, push_ingest_bytes
+from airflow_odf.odf.operation import IngestError
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.evolution import SchemaEvolutionError
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 T1 = Timestamp.parse("2024-03-01T10:00:00.123456Z")

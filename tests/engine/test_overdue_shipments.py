@@ -18,11 +18,11 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_odf.cli import main
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import read_slice, tail
-from airflow_odf.odf.manifests import manifest_to_plain
-from airflow_odf.odf.repository import Repository
+from airflow_odf.cli.main import main
+from airflow_odf.odf.chain.data_access import read_slice, tail
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.manifests import manifest_to_plain
+from airflow_odf.odf.repo.repository import Repository
 from tests.paths import REPO, UPSTREAM
 
 EXAMPLE = REPO / "dags_examples" / "overdue_shipments"

@@ -21,9 +21,10 @@ from airflow_odf.engine import writer
 from airflow_odf.engine.partition_order import NEVER_PACK, PartitionKey, SplitPlan
 from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget, places
 from airflow_odf.engine.writer import Vocabulary
-from airflow_odf.odf import logical_hash as lh
-from airflow_odf.odf.multiformats import Multihash
-from airflow_odf.odf.parts_ahead import PartsAhead
+from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.hashing import arrow_digest as lh
+from airflow_odf.odf.hashing import parquet_hashes as pqh
+from airflow_odf.odf.hashing.parts_ahead import PartsAhead
 
 ROWS = 400  # per part, in two row groups
 SYSTEM_TIME = datetime(2024, 2, 1, tzinfo=timezone.utc)
@@ -66,7 +67,7 @@ def _publish(ready: Path, parts: list[Path]) -> None:
 def first_row_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """Per column hashed from the slice (the first time): the row group it was read from (0: all of it)."""
     found: dict[str, int] = {}
-    read = lh.hash_parquet_column
+    read = pqh.hash_parquet_column
 
     def recording(
         digest: lh.RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int, *rest: int
@@ -85,7 +86,7 @@ def _data_columns(first_row_groups: dict[str, int]) -> list[int]:
 
 def _expected(path: Path) -> tuple[Multihash, Multihash]:
     """The file's hashes the plain way: its rows as one table, its bytes streamed."""
-    return lh.logical_hash_of_table(pq.read_table(path)), lh.physical_hash_of_file(path)
+    return lh.logical_hash_of_table(pq.read_table(path)), pqh.physical_hash_of_file(path)
 
 
 def test_parts_hashed_ahead_are_continued_from(
@@ -96,7 +97,7 @@ def test_parts_hashed_ahead_are_continued_from(
     assert [ahead.hash_next(stop) for _ in range(4)] == [True, True, True, False]  # then nothing more
     assert ahead.hashed is not None and ahead.hashed.fed == {"event_time": 3, "symbol": 3, "notional": 3}
     path = _slice(tmp_path, parts)
-    assert lh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
+    assert pqh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
     # the data columns continue after the parts' six row groups; the system columns are read whole
     assert first_row_groups == {
         "offset": 0,
@@ -115,7 +116,7 @@ def test_the_first_parts_only_are_continued_from(
     ahead = PartsAhead(tmp_path / "ready")
     assert ahead.hash_next(threading.Event())
     path = _slice(tmp_path, parts)
-    assert lh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
+    assert pqh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
     assert _data_columns(first_row_groups) == [2, 2, 2]
 
 
@@ -129,7 +130,7 @@ def test_parts_whose_bytes_are_not_the_slices_are_not_continued_from(
     ahead, stop = PartsAhead(tmp_path / "ready"), threading.Event()
     assert [ahead.hash_next(stop) for _ in range(3)] == [True, True, True]
     path = _slice(tmp_path, parts)
-    assert lh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
+    assert pqh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
     assert _data_columns(first_row_groups) == [0, 0, 0]
 
 
@@ -141,7 +142,7 @@ def test_hashing_ahead_stops_when_told(tmp_path: Path, parts: list[Path]) -> Non
     assert not ahead.hash_next(stop) and not ahead.hash_next(threading.Event())  # stopped for good
     assert ahead.hashed is not None and ahead.hashed.fed == {"event_time": 1, "symbol": 1, "notional": 1}
     path = _slice(tmp_path, parts)
-    assert lh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
+    assert pqh.parquet_hashes(path, parts=ahead.hashed) == _expected(path)
 
 
 # --- the engine's side: which parts, in which places, when ------------------------------------------------

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_odf.cli import main
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import read_slice
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.repository import Repository
+from airflow_odf.cli.main import main
+from airflow_odf.odf.chain.data_access import read_slice
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
 
 ROOT = """\
 kind: DatasetSnapshot

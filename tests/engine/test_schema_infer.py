@@ -18,16 +18,18 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from airflow_odf.cli import main
+from airflow_odf.cli.main import main
 from airflow_odf.engine.job import run_request
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.odf import model
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.engine_contract import InferRequest, InputFile, schema_from_text
-from airflow_odf.odf.ingest import IngestOptions, pull_polling, push_ingest
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_inference import InferOptions, SchemaInferenceError, infer_schema
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.engine_client.contract import InferRequest, InputFile, schema_from_text
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.polling import pull_polling
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.ingest.schema_inference import InferOptions, SchemaInferenceError, infer_schema
+from airflow_odf.odf.repo.repository import Repository
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 T1 = Timestamp.parse("2024-03-01T10:00:00Z")

@@ -24,8 +24,8 @@ from pyspark.sql import types as T
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.readers import read_input
 from airflow_odf.engine.spark_types import Widening, arrow_to_spark, spark_to_arrow
-from airflow_odf.odf import model as m
-from airflow_odf.odf.data_schema import data_schema_from_arrow, strip_encoding
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, strip_encoding
 
 UTC = dt.timezone.utc
 WHEN = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)

@@ -8,15 +8,20 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.cli import main
+from airflow_odf.cli.main import main
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.odf import ingest, logical_hash, model
-from airflow_odf.odf.data_access import read_slice
-from airflow_odf.odf.ingest import IngestError, IngestOptions, push_ingest
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.timestamps import Timestamp
-from airflow_odf.odf.transform import TransformOptions, run_transform
+from airflow_odf.odf import operation
+from airflow_odf.odf.chain.data_access import read_slice
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.hashing import arrow_digest as logical_hash
+from airflow_odf.odf.hashing import parquet_hashes as logical_hash_pq
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.operation import IngestError
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.transform.execute import TransformOptions, run_transform
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 T1 = Timestamp.parse("2024-01-02T00:00:00Z")
@@ -106,15 +111,15 @@ def test_incremental_and_pinned_transforms(
     assert execute.new_watermark == Timestamp.parse("2024-01-02T11:00:00Z")
     # then the rest, incrementally; the system columns are hashed ahead (and checked), not read again
     read_from_file: list[str] = []
-    read = logical_hash.hash_parquet_column
+    read = logical_hash_pq.hash_parquet_column
     monkeypatch.setattr(
         logical_hash,
         "hash_parquet_column",
         lambda digest, *args: read_from_file.append(digest.schema.names[args[2]]) or read(digest, *args),
     )
     flushed: list[str] = []  # the slice goes into the local store: written out while it is hashed
-    flush = ingest.fsync_path
-    monkeypatch.setattr(ingest, "fsync_path", lambda path: flushed.append(Path(path).name) or flush(path))
+    flush = operation.fsync_path
+    monkeypatch.setattr(operation, "fsync_path", lambda path: flushed.append(Path(path).name) or flush(path))
     rest = run_transform(repo, "acme", runner, options, system_time=T3)
     assert sorted(read_from_file) == ["event_time", "price10", "symbol"]
     assert flushed == ["slice.parquet"]

@@ -10,21 +10,22 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.cli import main
+from airflow_odf.cli.main import main
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import read_slice
-from airflow_odf.odf.dataset import Dataset, StagedObject
-from airflow_odf.odf.ingest import IngestOptions, push_ingest
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_evolution import SchemaEvolutionError
-from airflow_odf.odf.timestamps import Timestamp
-from airflow_odf.odf.transform import TransformOptions, run_transform
-from airflow_odf.odf.transform_checkpoint import read_checkpoint
-from airflow_odf.odf.transform_evolution import check_transform_change
-from airflow_odf.odf.transform_plan import InputDivergedError
-from airflow_odf.odf.transform_verify import verify_reproducibility
+from airflow_odf.odf.chain.data_access import read_slice
+from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.evolution import SchemaEvolutionError
+from airflow_odf.odf.transform.checkpoint import read_checkpoint
+from airflow_odf.odf.transform.evolution import check_transform_change
+from airflow_odf.odf.transform.execute import TransformOptions, run_transform
+from airflow_odf.odf.transform.plan import InputDivergedError
+from airflow_odf.odf.transform.verify import verify_reproducibility
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 

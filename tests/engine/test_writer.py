@@ -19,7 +19,8 @@ from airflow_odf.engine.writer import (
     with_system_columns,
     write_slices,
 )
-from airflow_odf.odf import logical_hash
+from airflow_odf.odf.hashing import arrow_digest as logical_hash
+from airflow_odf.odf.hashing import parquet_hashes as logical_hash_pq
 
 SYSTEM_TIME = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
 VOCAB = Vocabulary()
@@ -206,6 +207,6 @@ def test_spark_strings_are_hashed_from_their_dictionary_unless_they_fell_back(
     monkeypatch.setattr(
         logical_hash, "_dictionary_stream", lambda arr, valid: calls.append(len(arr)) or stream(arr, valid)
     )
-    logical, _ = logical_hash.parquet_hashes(path)
+    logical, _ = logical_hash_pq.parquet_hashes(path)
     assert logical == logical_hash.logical_hash_of_table(pq.read_table(path))
     assert sum(calls) == 20_000  # the first column only, every row

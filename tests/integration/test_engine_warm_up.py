@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.cli import main
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import tail
-from airflow_odf.odf.engine_runner import EngineRunError, SparkSubmitRunner
-from airflow_odf.odf.engine_start import CLIENT_JIT_ONLY, class_archive_path
-from airflow_odf.odf.engine_warm_up import build_class_archive
-from airflow_odf.odf.ingest import IngestOptions, push_ingest
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.cli.main import main
+from airflow_odf.odf.chain.data_access import tail
+from airflow_odf.odf.engine_client.fast_start import CLIENT_JIT_ONLY, class_archive_path
+from airflow_odf.odf.engine_client.runner import EngineRunError, SparkSubmitRunner
+from airflow_odf.odf.engine_client.warm_up import build_class_archive
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
 
 pytestmark = pytest.mark.skipif(shutil.which("spark-submit") is None, reason="spark-submit is not on PATH")
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import tail
-from airflow_odf.odf.engine_runner import SparkSubmitRunner, job_script, package_archive
-from airflow_odf.odf.ingest import IngestOptions, push_ingest
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.chain.data_access import tail
+from airflow_odf.odf.engine_client.runner import SparkSubmitRunner, job_script, package_archive
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
 
 pytestmark = pytest.mark.skipif(shutil.which("spark-submit") is None, reason="spark-submit is not on PATH")
 

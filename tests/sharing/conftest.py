@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf.storage_s3 import S3ObjectStore
-from airflow_odf.odf.store_url import StoreCredentials
+from airflow_odf.odf.storage.s3 import S3ObjectStore
+from airflow_odf.odf.storage.url import StoreCredentials
 
 REGION = "us-east-1"
 ACCESS_KEY = "testing-access-key"

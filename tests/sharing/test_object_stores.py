@@ -14,16 +14,11 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf.storage import (
-    ConflictError,
-    InvalidKeyError,
-    LocalObjectStore,
-    ObjectNotFoundError,
-    ObjectStore,
-)
-from airflow_odf.odf.storage_http import HttpObjectStore, HttpStoreError, ReadOnlyStoreError
-from airflow_odf.odf.storage_s3 import S3ObjectStore, S3StoreError
-from airflow_odf.odf.store_url import StoreCredentials, StoreUrlError, join_url, open_store
+from airflow_odf.odf.storage.http import HttpObjectStore, HttpStoreError, ReadOnlyStoreError
+from airflow_odf.odf.storage.local import LocalObjectStore
+from airflow_odf.odf.storage.s3 import S3ObjectStore, S3StoreError
+from airflow_odf.odf.storage.store import ConflictError, InvalidKeyError, ObjectNotFoundError, ObjectStore
+from airflow_odf.odf.storage.url import StoreCredentials, StoreUrlError, join_url, open_store
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY, HttpServer
 
 HEAD_A = b"f1620aaaa"
@@ -326,7 +321,8 @@ def test_s3_store_options_are_checked(moto_endpoint: str) -> None:
 def test_s3_module_does_not_import_boto3() -> None:
     """boto3 is optional: the core and its S3 module load without it until an S3 store is made."""
     code = (
-        "import sys; import airflow_odf.odf.store_url, airflow_odf.odf.storage_s3, airflow_odf.odf.storage; "
+        "import sys; import airflow_odf.odf.storage.url, airflow_odf.odf.storage.s3; "
+        "import airflow_odf.odf.storage.store, airflow_odf.odf.storage.local; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('boto3', 'botocore', 'airflow', 'pyspark')]; "
         "print(bad)"
     )

@@ -20,14 +20,14 @@ from pathlib import Path
 import boto3
 import pytest
 
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.serve import RepositoryServer
-from airflow_odf.odf.sharing import pull_dataset, push_dataset, remotes
-from airflow_odf.odf.storage import ConflictError
-from airflow_odf.odf.store_url import StoreCredentials, open_store
-from airflow_odf.odf.sync import DatasetsDivergedError, TamperedObjectError
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.sharing.push_pull import pull_dataset, push_dataset, remotes
+from airflow_odf.odf.sharing.serve import RepositoryServer
+from airflow_odf.odf.sharing.sync import DatasetsDivergedError, TamperedObjectError
+from airflow_odf.odf.storage.store import ConflictError
+from airflow_odf.odf.storage.url import StoreCredentials, open_store
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
 from tests.unit.test_dataset import DID, files, rich_dataset
 from tests.unit.test_sync import grow
@@ -157,10 +157,10 @@ KILLER = textwrap.dedent(
     """
     import os, sys
     from pathlib import Path
-    from airflow_odf.odf.dataset import Dataset
-    from airflow_odf.odf.repository import Repository
-    from airflow_odf.odf.storage_s3 import S3ObjectStore
-    from airflow_odf.odf.sync import sync
+    from airflow_odf.odf.chain.dataset import Dataset
+    from airflow_odf.odf.repo.repository import Repository
+    from airflow_odf.odf.storage.s3 import S3ObjectStore
+    from airflow_odf.odf.sharing.sync import sync
 
     bucket, prefix, endpoint, repo, name, kill_after = sys.argv[1:]
     left = [int(kill_after)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf.serve import RepositoryServer
+from airflow_odf.odf.sharing.serve import RepositoryServer
 from airflow_odf.triggers.head import OdfHeadTrigger, read_head
 from tests.sharing.test_push_pull import NAME, make_repo
 from tests.unit.test_sync import grow

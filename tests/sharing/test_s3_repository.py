@@ -11,19 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.cli import main
+from airflow_odf.cli.main import main
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.odf import model
-from airflow_odf.odf.data_access import tail
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.ingest import IngestOptions, local_object, push_ingest
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.storage_s3 import S3ObjectStore
-from airflow_odf.odf.store_url import StoreCredentials, open_store
-from airflow_odf.odf.timestamps import Timestamp
-from airflow_odf.odf.transform import TransformOptions, run_transform
-from airflow_odf.odf.transform_verify import verify_reproducibility
+from airflow_odf.odf.chain.data_access import tail
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.operation import local_object
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.storage.s3 import S3ObjectStore
+from airflow_odf.odf.storage.url import StoreCredentials, open_store
+from airflow_odf.odf.transform.execute import TransformOptions, run_transform
+from airflow_odf.odf.transform.verify import verify_reproducibility
 from tests.engine.conftest import runner, spark  # noqa: F401  (fixtures)
 from tests.unit.test_dataset import DID
 

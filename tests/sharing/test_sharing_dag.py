@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.store_url import StoreCredentials, open_store
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.storage.url import StoreCredentials, open_store
 from tests.airflow.conftest import airflow_db, odf_repo  # noqa: F401  (fixtures)
 from tests.airflow.dag_runs import asset_events, load_dag, task_states, xcom
 from tests.engine.conftest import spark  # noqa: F401  (the shared SparkSession fixture)

@@ -11,8 +11,8 @@ from flatbuffers.table import Table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_odf.odf.arrow_schema import decode_raw_arrow_schema, encode_raw_arrow_schema
 from airflow_odf.odf.errors import OdfFormatError
+from airflow_odf.odf.schema.raw_arrow import decode_raw_arrow_schema, encode_raw_arrow_schema
 
 ALL_TYPES = pa.schema(
     [

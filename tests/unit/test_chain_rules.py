@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.chain_rules import ChainState, apply_block
+from airflow_odf.odf.chain.rules import ChainState, apply_block
 from airflow_odf.odf.errors import ChainRuleError
-from airflow_odf.odf.flatbuffers_codec import block_hash, encode_block
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, DatasetId, Multihash, base58btc_encode
-from airflow_odf.odf.schema_evolution import SchemaEvolutionError, check_evolution
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import block_hash, encode_block
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, DatasetId, Multihash, base58btc_encode
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.schema.evolution import SchemaEvolutionError, check_evolution
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 T1 = Timestamp.parse("2024-01-02T00:00:00Z")
@@ -860,7 +860,7 @@ def test_schema_evolution_diff_lists_allowed_and_denied_changes(root_schema: Cha
 
 def test_schema_evolution_after_legacy_raw_arrow_ignores_optionality(root: ChainState) -> None:
     pa = pytest.importorskip("pyarrow")
-    from airflow_odf.odf.arrow_schema import encode_raw_arrow_schema
+    from airflow_odf.odf.schema.raw_arrow import encode_raw_arrow_schema
 
     raw = model.SetDataSchema(
         raw_arrow_schema=encode_raw_arrow_schema(pa.schema([pa.field("value", pa.int64(), nullable=True)]))

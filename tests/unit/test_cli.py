@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
 from airflow_odf.odf.errors import BlockDecodeError
-from airflow_odf.odf.flatbuffers_codec import decode_block, encode_block, encode_table
-from airflow_odf.odf.manifests import load_manifests, manifest_to_plain, read_single
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import decode_block, encode_block, encode_table
+from airflow_odf.odf.format.manifests import load_manifests, manifest_to_plain, read_single
+from airflow_odf.odf.format.timestamps import Timestamp
 from tests.paths import CONFORMANCE_BLOCKS as BLOCKS
 from tests.paths import UPSTREAM
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.cli import main
-from airflow_odf.odf import model as m
-from airflow_odf.odf.ddl_schema import DESCRIPTION
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_text import read_proposed_schema
+from airflow_odf.cli.main import main
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.ddl import DESCRIPTION
+from airflow_odf.odf.schema.text import read_proposed_schema
 from tests.unit.test_schema_migration import CONVERTED, ROWS, T0, _legacy_dataset
 
 EXIT_BAD_INPUT, EXIT_DENIED = 2, 4

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_odf.odf import model as m
-from airflow_odf.odf.data_schema import (
+from airflow_odf.odf.errors import OdfFormatError
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.format.flatbuffers_codec import decode_table, encode_table
+from airflow_odf.odf.schema.data_schema import (
     BUFFER_ENCODING,
     DATE_ENCODING,
     DECIMAL_ENCODING,
@@ -18,8 +20,6 @@ from airflow_odf.odf.data_schema import (
     data_schema_to_arrow,
     strip_encoding,
 )
-from airflow_odf.odf.errors import OdfFormatError
-from airflow_odf.odf.flatbuffers_codec import decode_table, encode_table
 
 MS = m.TimeUnit.MILLISECOND
 LARGE = {BUFFER_ENCODING: {"kind": "Contiguous", "offsetBitWidth": 64}}

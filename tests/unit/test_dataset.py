@@ -21,16 +21,24 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.chain_rules import ChainState
-from airflow_odf.odf.dataset import HEAD_REF, CommitResult, CorruptDatasetError, Dataset, StagedObject, fold
-from airflow_odf.odf.dataset_summary import SUMMARY_KEY, state_to_json
+from airflow_odf.odf.chain.dataset import (
+    HEAD_REF,
+    CommitResult,
+    CorruptDatasetError,
+    Dataset,
+    StagedObject,
+    fold,
+)
+from airflow_odf.odf.chain.integrity import collect_garbage, reachable_keys, verify_integrity
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.chain.summary import SUMMARY_KEY, state_to_json
 from airflow_odf.odf.errors import ChainRuleError
-from airflow_odf.odf.flatbuffers_codec import block_hash, decode_block
-from airflow_odf.odf.integrity import collect_garbage, reachable_keys, verify_integrity
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
-from airflow_odf.odf.storage import ConflictError, LocalObjectStore
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.storage.local import LocalObjectStore
+from airflow_odf.odf.storage.store import ConflictError
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
@@ -508,11 +516,11 @@ CRASHING_COMMIT = textwrap.dedent(
     """
     import os, shutil, sys
     from pathlib import Path
-    from airflow_odf.odf import model
-    from airflow_odf.odf.dataset import Dataset, StagedObject
-    from airflow_odf.odf.multiformats import ARROW0_SHA3_256, Multihash
-    from airflow_odf.odf.storage import LocalObjectStore
-    from airflow_odf.odf.timestamps import Timestamp
+    from airflow_odf.odf.format import model
+    from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+    from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
+    from airflow_odf.odf.storage.store import LocalObjectStore
+    from airflow_odf.odf.format.timestamps import Timestamp
 
     root, point, src = sys.argv[1], sys.argv[2], Path(sys.argv[3])
 
@@ -659,9 +667,9 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from airflow_odf.odf import model
-    from airflow_odf.odf.dataset import Dataset
-    from airflow_odf.odf.storage import ConflictError, LocalObjectStore
+    from airflow_odf.odf.format import model
+    from airflow_odf.odf.chain.dataset import Dataset
+    from airflow_odf.odf.storage.store import ConflictError, LocalObjectStore
 
     root, tag, out, go, attempts = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
     ds = Dataset(LocalObjectStore(root))

@@ -10,10 +10,10 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_odf.odf import model as m
-from airflow_odf.odf.data_schema import data_schema_to_arrow
-from airflow_odf.odf.ddl_schema import DESCRIPTION, parse_ddl_schema, parse_ddl_type
 from airflow_odf.odf.errors import OdfFormatError
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
+from airflow_odf.odf.schema.ddl import DESCRIPTION, parse_ddl_schema, parse_ddl_type
 
 MS = m.TimeUnit.MILLISECOND
 UTC_TS = m.DataTypeTimestamp(unit=MS, timezone="UTC")

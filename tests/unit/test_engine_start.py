@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.cli_engine import LazyRunner
-from airflow_odf.odf.engine_runner import EngineRunError
-from airflow_odf.odf.engine_start import (
+from airflow_odf.cli.engine import LazyRunner
+from airflow_odf.odf.engine_client.fast_start import (
     CLIENT_JIT_ONLY,
     DRIVER_JAVA_OPTIONS,
     SMALL_INPUT_BYTES,
@@ -23,6 +22,7 @@ from airflow_odf.odf.engine_start import (
     local_spark_problem,
     request_input_bytes,
 )
+from airflow_odf.odf.engine_client.runner import EngineRunError
 
 
 @pytest.fixture(autouse=True)

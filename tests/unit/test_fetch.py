@@ -19,16 +19,7 @@ from pathlib import Path
 import pytest
 
 from airflow_odf.odf.errors import OdfFormatError
-from airflow_odf.odf.fetch import (
-    ContainerRuntimeError,
-    FetchError,
-    FetchOptions,
-    FetchResult,
-    SourceFetcher,
-    SourceNotFoundError,
-    SourceUnreachableError,
-)
-from airflow_odf.odf.model import (
+from airflow_odf.odf.format.model import (
     EnvVar,
     EventTimeSourceFromMetadata,
     EventTimeSourceFromPath,
@@ -44,9 +35,18 @@ from airflow_odf.odf.model import (
     SourceOrdering,
     SourceState,
 )
-from airflow_odf.odf.templating import TemplateError, render
-from airflow_odf.odf.time_formats import java_to_strftime, parse_timestamp
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.fetch.fetcher import (
+    ContainerRuntimeError,
+    FetchError,
+    FetchOptions,
+    FetchResult,
+    SourceFetcher,
+    SourceNotFoundError,
+    SourceUnreachableError,
+)
+from airflow_odf.odf.ingest.fetch.templating import TemplateError, render
+from airflow_odf.odf.ingest.fetch.time_formats import java_to_strftime, parse_timestamp
 
 SYSTEM_TIME = Timestamp.parse("2050-01-01T00:00:00Z")
 LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"

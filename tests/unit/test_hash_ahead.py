@@ -14,11 +14,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_odf.odf import hash_ahead
-from airflow_odf.odf import logical_hash as lh
-from airflow_odf.odf.hash_ahead import HashAhead
-from airflow_odf.odf.logical_hash import logical_hash_of_table, parquet_hashes, physical_hash_of_file
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.hashing import arrow_digest as lh
+from airflow_odf.odf.hashing import hash_ahead
+from airflow_odf.odf.hashing import parquet_hashes as pqh
+from airflow_odf.odf.hashing.arrow_digest import logical_hash_of_table
+from airflow_odf.odf.hashing.hash_ahead import HashAhead
+from airflow_odf.odf.hashing.parquet_hashes import parquet_hashes, physical_hash_of_file
 
 TIME = Timestamp.parse("2024-05-01T12:30:15.123456789Z")
 MILLIS = TIME.epoch_nanos() // 1_000_000
@@ -64,7 +66,7 @@ def read_from_file(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Small states (many of them), and the names of the columns hashed from the file as usual."""
     monkeypatch.setattr(hash_ahead, "ROWS_PER_STATE", 64)
     names: list[str] = []
-    read = lh.hash_parquet_column
+    read = pqh.hash_parquet_column
 
     def recording(
         digest: lh.RecordDigest, data: pa.Buffer, metadata: pq.FileMetaData, index: int, *rest: int

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
 from airflow_odf.odf.errors import ManifestError
-from airflow_odf.odf.manifests import read_manifests
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.manifests import read_manifests
 
 ODF = Path(sys.executable).parent / "odf"
 

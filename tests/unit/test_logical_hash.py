@@ -20,16 +20,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_odf.odf import logical_hash as lh
 from airflow_odf.odf.errors import OdfFormatError
-from airflow_odf.odf.logical_hash import (
-    RecordDigest,
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
+from airflow_odf.odf.hashing import arrow_digest as lh
+from airflow_odf.odf.hashing import parquet_hashes as pqh
+from airflow_odf.odf.hashing.arrow_digest import RecordDigest, logical_hash_of_table
+from airflow_odf.odf.hashing.parquet_hashes import (
     logical_hash_of_parquet,
-    logical_hash_of_table,
     parquet_hashes,
     physical_hash_of_file,
 )
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
 
 # --------------------------------------------------------------------------------------------------
 # Literal reference (§D), one value at a time
@@ -560,7 +560,7 @@ def test_chunked_hashing_of_large_batches(monkeypatch: pytest.MonkeyPatch) -> No
         }
     )
     whole = digest(table)
-    monkeypatch.setattr(lh, "_CHUNK_ROWS", 37)
+    monkeypatch.setattr(lh, "CHUNK_ROWS", 37)
     monkeypatch.setattr(lh, "_CHUNK_BYTES", 50)
     assert digest(table) == whole == ref_digest(table.schema, table.to_batches())
 
@@ -748,9 +748,10 @@ def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
     the decoded values' (nulls, empty values, values of one length, a dictionary per row group, pages
     that fell back to plain, pieces of bounded size). pyarrow's files are read so only when made to
     (their dictionary pages are marked PLAIN, like fallback pages); Spark's: tests/engine/test_writer.py."""
-    monkeypatch.setattr(lh, "_dictionary_only", lambda column: column.has_dictionary_page)
+    monkeypatch.setattr(pqh, "_dictionary_only", lambda column: column.has_dictionary_page)
     monkeypatch.setattr(lh, "_CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(lh, "_CHUNK_ROWS", 37)
+    monkeypatch.setattr(lh, "CHUNK_ROWS", 37)
+    monkeypatch.setattr(pqh, "CHUNK_ROWS", 37)  # the rows per batch read from the file
     n = 1_000
     rng = np.random.default_rng(11)
     words = ["", "a", "ab", "émoji ✓", "x" * 40]
@@ -790,7 +791,7 @@ def test_parquet_hashes_whether_the_files_bytes_cost_most_or_least(tmp_path: Pat
     table = pa.table({"c": pa.array(np.zeros(rows, np.int64)), "s": pa.array(["same"] * rows)})
     path = tmp_path / "t.parquet"
     pq.write_table(table, path)
-    costs = lh._column_costs(pq.read_schema(path), pq.read_metadata(path))
+    costs = pqh._column_costs(pq.read_schema(path), pq.read_metadata(path))
     size = path.stat().st_size
     assert all(cost > size for cost in costs) if rows > 3 else all(cost < size for cost in costs)
     assert parquet_hashes(path) == (logical_hash_of_table(table), physical_hash_of_file(path))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_odf.odf.errors import OdfFormatError
-from airflow_odf.odf.multiformats import (
+from airflow_odf.odf.format.multiformats import (
     ARROW0_SHA3_256,
     DatasetId,
     Multihash,

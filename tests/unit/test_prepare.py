@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf.model import CompressionFormat, PrepStepDecompress, PrepStepPipe
-from airflow_odf.odf.prepare import PrepareError, prepare
+from airflow_odf.odf.format.model import CompressionFormat, PrepStepDecompress, PrepStepPipe
+from airflow_odf.odf.ingest.prepare import PrepareError, prepare
 
 GZIP = PrepStepDecompress(format=CompressionFormat.GZIP)
 ZIP = PrepStepDecompress(format=CompressionFormat.ZIP)

@@ -17,20 +17,20 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from airflow_odf.odf import model
 from airflow_odf.odf.errors import BlockDecodeError
-from airflow_odf.odf.flatbuffers_codec import (
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.fields import METADATA_EVENT, Kind, TypeSpec, fields_of
+from airflow_odf.odf.format.flatbuffers_codec import (
     block_hash,
     decode_block,
     decode_table,
     encode_block,
     encode_table,
 )
-from airflow_odf.odf.manifests import dump_manifest, dump_manifests, load_manifests
-from airflow_odf.odf.model_schema import METADATA_EVENT, Kind, TypeSpec, fields_of
-from airflow_odf.odf.multiformats import SHA3_256, DatasetId, Multihash
-from airflow_odf.odf.names import is_dataset_alias
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format.manifests import dump_manifest, dump_manifests, load_manifests
+from airflow_odf.odf.format.multiformats import SHA3_256, DatasetId, Multihash
+from airflow_odf.odf.format.names import is_dataset_alias
+from airflow_odf.odf.format.timestamps import Timestamp
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEW = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.cli import main
-from airflow_odf.odf import model
-from airflow_odf.odf.ingest import IngestResult
-from airflow_odf.odf.pull_plan import (
+from airflow_odf.cli.main import main
+from airflow_odf.odf.format import model
+from airflow_odf.odf.operation import IngestResult
+from airflow_odf.odf.repo.pull_plan import (
     NO_POLLING_SOURCE,
     PlannedPull,
     PullFailedError,
@@ -31,8 +31,8 @@ from airflow_odf.odf.pull_plan import (
     plan_pull,
     run_pull_plan,
 )
-from airflow_odf.odf.repository import DatasetNotFoundError, Repository
-from airflow_odf.odf.transform_plan import TransformPlanError
+from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository
+from airflow_odf.odf.transform.plan import TransformPlanError
 
 READ = model.ReadStepCsv(header=True, ddl_schema=["event_time TIMESTAMP", "value STRING"])
 

@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from airflow_odf.odf import model
-from airflow_odf.odf.flatbuffers_codec import block_hash
-from airflow_odf.odf.manifests import read_manifests
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import block_hash
+from airflow_odf.odf.format.manifests import read_manifests
 from tests.paths import UPSTREAM, upstream_manifests
 
 ODF = Path(sys.executable).parent / "odf"

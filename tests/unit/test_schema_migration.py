@@ -16,25 +16,25 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_odf.odf import model as m
-from airflow_odf.odf.arrow_schema import decode_raw_arrow_schema, encode_raw_arrow_schema
-from airflow_odf.odf.chain_rules import ChainState
-from airflow_odf.odf.data_access import tail
-from airflow_odf.odf.dataset import Dataset, fold
-from airflow_odf.odf.ddl_schema import DESCRIPTION
-from airflow_odf.odf.engine_contract import OutputSlice
-from airflow_odf.odf.ingest import stage_slice
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.logical_hash import logical_hash_of_parquet
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_evolution import SchemaEvolutionError, odf_schema
-from airflow_odf.odf.schema_migration import (
+from airflow_odf.odf.chain.data_access import tail
+from airflow_odf.odf.chain.dataset import Dataset, fold
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.engine_client.contract import OutputSlice
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.hashing.parquet_hashes import logical_hash_of_parquet
+from airflow_odf.odf.operation import stage_slice
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.repo.schema_migration import (
     SchemaMigrationError,
     apply_schema,
     check_proposed,
     migrate_schema,
 )
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.schema.ddl import DESCRIPTION
+from airflow_odf.odf.schema.evolution import SchemaEvolutionError, odf_schema
+from airflow_odf.odf.schema.raw_arrow import decode_raw_arrow_schema, encode_raw_arrow_schema
 
 T0 = Timestamp.parse("2023-11-01T00:00:00Z")
 T1 = Timestamp.parse("2023-11-02T00:00:00Z")

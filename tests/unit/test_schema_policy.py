@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.schema_evolution import SchemaEvolutionError
-from airflow_odf.odf.schema_policy import schema_events_for
+from airflow_odf.odf.format import model
+from airflow_odf.odf.schema.evolution import SchemaEvolutionError
+from airflow_odf.odf.schema.policy import schema_events_for
 
 DESCRIPTION = "opendatafabric.org/description"
 

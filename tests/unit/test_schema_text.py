@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf import model as m
-from airflow_odf.odf.ddl_schema import DESCRIPTION, parse_ddl_schema
 from airflow_odf.odf.errors import ManifestError, OdfFormatError
-from airflow_odf.odf.schema_text import SchemaFileError, read_proposed_schema, schema_ddl, schema_yaml
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.schema.ddl import DESCRIPTION, parse_ddl_schema
+from airflow_odf.odf.schema.text import SchemaFileError, read_proposed_schema, schema_ddl, schema_yaml
 
 MS = m.TimeUnit.MILLISECOND
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model as m
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.ddl_schema import parse_ddl_schema
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.schema_migration import check_proposed
-from airflow_odf.odf.schema_text import read_proposed_schema
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.repo.schema_migration import check_proposed
+from airflow_odf.odf.schema.ddl import parse_ddl_schema
+from airflow_odf.odf.schema.text import read_proposed_schema
 from tests.paths import REPO
 
 DOC = REPO / "docs" / "schemas.md"

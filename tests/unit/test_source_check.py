@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.fetch_types import SourceUnreachableError, file_mtime
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, Multihash
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.source_check import SourceCheckError, check_source
-from airflow_odf.odf.templating import TemplateError
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
+from airflow_odf.odf.ingest.fetch.templating import TemplateError
+from airflow_odf.odf.ingest.fetch.types import SourceUnreachableError, file_mtime
+from airflow_odf.odf.ingest.source_check import SourceCheckError, check_source
+from airflow_odf.odf.repo.repository import Repository
 
 LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf.fetch import FetchOptions, SourceFetcher
-from airflow_odf.odf.manifests import load_manifests
-from airflow_odf.odf.model import SetPollingSource
+from airflow_odf.odf.format.manifests import load_manifests
+from airflow_odf.odf.format.model import SetPollingSource
+from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
 from tests.paths import REPO
 
 DOC = REPO / "docs" / "sources.md"

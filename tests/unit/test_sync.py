@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.dataset import Dataset, StagedObject
-from airflow_odf.odf.flatbuffers_codec import block_hash, encode_block
-from airflow_odf.odf.integrity import verify_integrity
-from airflow_odf.odf.multiformats import DatasetId
-from airflow_odf.odf.storage import LocalObjectStore
-from airflow_odf.odf.sync import (
+from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import block_hash, encode_block
+from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.sharing.sync import (
     Comparison,
     DatasetsDivergedError,
     DestinationAheadError,
@@ -26,7 +26,7 @@ from airflow_odf.odf.sync import (
     compare_chains,
     sync,
 )
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.storage.local import LocalObjectStore
 from tests.unit.test_dataset import (
     SCHEMA,
     SEED,

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 
 from airflow_odf.odf.errors import OdfFormatError
-from airflow_odf.odf.timestamps import Timestamp
+from airflow_odf.odf.format.timestamps import Timestamp
 
 
 @pytest.mark.parametrize(

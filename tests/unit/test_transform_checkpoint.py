@@ -6,9 +6,9 @@ import io
 import tarfile
 from pathlib import Path
 
-from airflow_odf.odf.multiformats import DatasetId
-from airflow_odf.odf.timestamps import Timestamp
-from airflow_odf.odf.transform_checkpoint import read_checkpoint, write_checkpoint
+from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.transform.checkpoint import read_checkpoint, write_checkpoint
 
 
 def test_round_trip_and_deterministic_bytes(tmp_path: Path) -> None:

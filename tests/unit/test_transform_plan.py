@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from airflow_odf.odf import model
-from airflow_odf.odf.dataset import Dataset
-from airflow_odf.odf.multiformats import ARROW0_SHA3_256, Multihash
-from airflow_odf.odf.repository import Repository
-from airflow_odf.odf.timestamps import Timestamp
-from airflow_odf.odf.transform_plan import (
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.transform.plan import (
     InputDivergedError,
     PlannedInput,
     TransformBatch,

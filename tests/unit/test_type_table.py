@@ -15,8 +15,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from airflow_odf.odf import model as m
-from airflow_odf.odf.data_schema import (
+from airflow_odf.odf.errors import OdfFormatError
+from airflow_odf.odf.format import model as m
+from airflow_odf.odf.format.fields import union_spec
+from airflow_odf.odf.format.flatbuffers_codec import decode_table, encode_table
+from airflow_odf.odf.schema.data_schema import (
     BUFFER_ENCODING,
     DATE_ENCODING,
     DECIMAL_ENCODING,
@@ -24,9 +27,6 @@ from airflow_odf.odf.data_schema import (
     data_schema_to_arrow,
     strip_encoding,
 )
-from airflow_odf.odf.errors import OdfFormatError
-from airflow_odf.odf.flatbuffers_codec import decode_table, encode_table
-from airflow_odf.odf.model_schema import union_spec
 from tests.paths import REPO
 
 DOC = REPO / "docs" / "schemas.md"

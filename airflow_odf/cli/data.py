@@ -1,0 +1,311 @@
+"""The data commands of `odf`: `pull` (one dataset or a whole pipeline, or a remote dataset: see
+cli_sync), `ingest` (push), `transform` and `tail`.
+
+The engine is the in-process local Spark (default) or `spark-submit` (`--engine spark-submit --master
+URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from airflow_odf.cli.engine import LazyRunner, engine_options
+from airflow_odf.cli.errors import CommandError
+from airflow_odf.cli.sync import add_pull_options, cmd_remote_pull, is_remote_pull
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.repo.pull_plan import (
+    PlannedPull,
+    PullFailedError,
+    PullOutcome,
+    plan_pull,
+    run_pull_plan,
+)
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.policy import SCHEMA_POLICIES, STRICT
+
+if TYPE_CHECKING:  # the data modules load pyarrow: only the data commands pay for it
+    from airflow_odf.odf.engine_client.runner import EngineRunner
+    from airflow_odf.odf.ingest.options import IngestOptions
+    from airflow_odf.odf.operation import IngestResult
+
+
+def _timestamp(value: str | None, option: str) -> Timestamp | None:
+    if value is None:
+        return None
+    try:
+        return Timestamp.parse(value)
+    except OdfError as e:
+        raise CommandError(f"{option}: {e} (expected RFC 3339, e.g. 2024-01-31T00:00:00Z)") from None
+
+
+def _options(args: argparse.Namespace, repo: Repository, **kwargs: Any) -> IngestOptions:
+    from airflow_odf.odf.ingest.options import IngestOptions
+
+    return IngestOptions(
+        work_dir=repo.work_dir,
+        max_records_per_slice=args.max_records_per_slice,
+        bad_records="quarantine" if args.quarantine_bad_records else "fail",
+        schema_policy=args.schema_policy,
+        log=lambda line: print(line, file=sys.stderr),
+        **kwargs,
+    )
+
+
+def _report(args: argparse.Namespace, result: IngestResult) -> None:
+    if args.format == "json":
+        print(json.dumps(result.as_dict(), indent=2))
+    elif result.up_to_date:
+        print(f"{result.dataset}: up to date ({result.new_head})")
+    else:
+        print(
+            f"{result.dataset}: {result.records} record(s) in {len(result.new_blocks)} new block(s), "
+            f"head {result.new_head}"
+        )
+
+
+def _pull_options(args: argparse.Namespace) -> None:
+    """Checks the combination of names and options before anything runs."""
+    if args.all and args.names:
+        raise CommandError("odf pull: give dataset names or --all, not both")
+    if not args.all and not args.names:
+        raise CommandError("odf pull: name the datasets to pull, or use --all")
+    if args.max_workers < 1:
+        raise CommandError(f"--max-workers: expected 1 or more, got {args.max_workers}")
+    if args.set_watermark is not None and (args.all or args.recursive or len(args.names) != 1):
+        raise CommandError("--set-watermark: only for a single dataset, without --recursive or --all")
+
+
+def _pull_one(
+    args: argparse.Namespace, repo: Repository, runner: EngineRunner, planned: PlannedPull
+) -> IngestResult:
+    """Pulls one planned dataset: a polling ingest for a root, a transform for a derivative."""
+    from airflow_odf.odf.ingest.polling import pull_polling
+    from airflow_odf.odf.operation import IngestResult
+    from airflow_odf.odf.transform.execute import TransformOptions, run_transform
+
+    if planned.action == "transform":
+        options = TransformOptions(
+            work_dir=repo.work_dir,
+            max_input_records=args.max_input_records,
+            recover_diverged=args.reset_derivatives_on_diverged_input,
+            schema_policy=args.schema_policy,
+            log=lambda line: print(line, file=sys.stderr),
+        )
+        return run_transform(repo, planned.name, runner, options)
+    if planned.action == "ingest":
+        options = _options(
+            args,
+            repo,
+            fetch_uncacheable=args.fetch_uncacheable,
+            set_watermark=_timestamp(args.set_watermark, "--set-watermark"),
+            files_per_batch=args.files_per_batch,
+        )
+        return pull_polling(repo.dataset_by_id(planned.dataset_id), planned.name, runner, options)
+    head = None if planned.head is None else str(planned.head)
+    return IngestResult(planned.name, str(planned.dataset_id), head, head)
+
+
+def _outcome_dict(outcome: PullOutcome[IngestResult]) -> dict[str, Any]:
+    head = {} if outcome.result is None else outcome.result.as_dict()
+    return {
+        "dataset": outcome.name,
+        "dataset_id": str(outcome.planned.dataset_id),
+        **head,
+        "depth": outcome.planned.depth,
+        "status": outcome.status,
+        "message": outcome.message,
+    }
+
+
+def _report_pull(
+    args: argparse.Namespace, outcomes: list[PullOutcome[IngestResult]], *, single: bool
+) -> None:
+    if args.format == "json":
+        plain: Any = [_outcome_dict(o) for o in outcomes]
+        if single:  # as before `odf pull` took several names: the result alone
+            plain = outcomes[0].result.as_dict() if outcomes[0].result is not None else None
+        print(json.dumps(plain, indent=2))
+        return
+    if not outcomes:
+        print("no datasets to pull")
+    for outcome in outcomes:
+        if outcome.result is not None and outcome.status == "up-to-date" and outcome.message:
+            print(f"{outcome.name}: up to date ({outcome.message})")
+        elif outcome.result is not None:
+            _report(args, outcome.result)
+        elif outcome.status == "failed":
+            print(f"{outcome.name}: failed")
+        else:
+            print(outcome.line())
+
+
+def cmd_pull(args: argparse.Namespace) -> None:
+    """`odf pull NAME...`: one dataset keeps the output of old (a dict); several, --recursive or --all
+    report a list in execution order, and fail (after running what they can) if any dataset failed.
+    """
+    repo = Repository.open(args.repo)
+    if is_remote_pull(args, repo):
+        cmd_remote_pull(args, repo)
+        return
+    _pull_options(args)
+    _timestamp(args.set_watermark, "--set-watermark")
+    plan = plan_pull(repo, None if args.all else args.names, recursive=args.recursive)
+    single = not args.all and not args.recursive and len(plan.datasets) == 1
+    if args.set_watermark is not None and plan.datasets[0].action != "ingest":
+        raise CommandError(f"--set-watermark: {plan.datasets[0].name} is not a root with a polling source")
+    runner = LazyRunner(args)
+    outcomes = run_pull_plan(
+        plan, lambda planned: _pull_one(args, repo, runner, planned), max_workers=args.max_workers
+    )
+    failed = [o for o in outcomes if o.status == "failed"]
+    if single and failed:  # reported as before: the error itself (its exit code, its wording)
+        assert failed[0].error is not None
+        raise failed[0].error
+    _report_pull(args, outcomes, single=single)
+    if not failed:
+        return
+    unexpected = [o.error for o in failed if o.error is not None and not isinstance(o.error, OdfError)]
+    if unexpected:  # a bug stays a traceback, after one line per failed dataset
+        print(PullFailedError(failed), file=sys.stderr)
+        raise unexpected[0]
+    raise PullFailedError(failed)
+
+
+def cmd_ingest(args: argparse.Namespace) -> None:
+    from airflow_odf.odf.ingest.push import push_ingest
+
+    repo = Repository.open(args.repo)
+    dataset = repo.dataset(args.name)
+    result = push_ingest(
+        dataset,
+        args.name,
+        LazyRunner(args),
+        [os.path.abspath(f) for f in args.files],
+        _options(args, repo),
+        source_name=args.source,
+        event_time=_timestamp(args.event_time, "--event-time"),
+    )
+    _report(args, result)
+
+
+def cmd_transform(args: argparse.Namespace) -> None:
+    from airflow_odf.odf.transform.execute import TransformOptions, run_transform
+
+    pins = {}
+    for value in args.input_head or []:
+        alias, sep, block = value.partition("=")
+        if not sep or not alias or not block:
+            raise CommandError(f"--input-head {value!r}: expected ALIAS=HASH")
+        pins[alias] = block
+    repo = Repository.open(args.repo)
+    options = TransformOptions(
+        work_dir=repo.work_dir,
+        pinned_heads=pins or None,
+        max_input_records=args.max_input_records,
+        schema_policy=args.schema_policy,
+        recover_diverged=args.reset_derivatives_on_diverged_input,
+        log=lambda line: print(line, file=sys.stderr),
+    )
+    _report(args, run_transform(repo, args.name, LazyRunner(args), options))
+
+
+def cmd_tail(args: argparse.Namespace) -> None:
+    from airflow_odf.odf.chain.data_access import tail
+
+    dataset = Repository.open(args.repo).dataset(args.name)
+    table = tail(dataset, args.n)
+    rows = [] if table is None else table.to_pylist()
+    if args.format == "json":
+        print(json.dumps(rows, indent=2, default=str, ensure_ascii=False))
+        return
+    names = [] if table is None else table.column_names
+    if args.format == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(names)
+        writer.writerows([["" if r[c] is None else r[c] for c in names] for r in rows])
+        return
+    cells = [names, *[["" if r[c] is None else str(r[c]) for c in names] for r in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(names))]
+    for row in cells:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
+    """Adds `pull`, `ingest`, `transform` and `tail` to the `odf` parser."""
+    engine_arg = argparse.ArgumentParser(add_help=False, parents=[engine_options()])
+    engine_arg.add_argument(
+        "--schema-policy",
+        choices=SCHEMA_POLICIES,
+        default=STRICT,
+        help="new data whose schema differs: strict refuses it, additive commits allowed changes",
+    )
+    engine_arg.add_argument("--format", choices=("text", "json"), default="text")
+    ingest_arg = argparse.ArgumentParser(add_help=False)
+    ingest_arg.add_argument("--max-records-per-slice", type=int, help="split the new data into slices")
+    ingest_arg.add_argument(
+        "--quarantine-bad-records", action="store_true", help="set malformed records aside instead of failing"
+    )
+    transform_arg = argparse.ArgumentParser(add_help=False)
+    transform_arg.add_argument(
+        "--max-input-records", type=int, help="derivatives: split a backlog into runs of this many records"
+    )
+    transform_arg.add_argument(
+        "--reset-derivatives-on-diverged-input",
+        action="store_true",
+        help="derivatives: when an input was reset or compacted, re-process it from scratch",
+    )
+    p = groups.add_parser(
+        "pull",
+        parents=[repo_arg, engine_arg, ingest_arg, transform_arg],
+        help="bring datasets up to date: ingest roots from their polling source, transform derivatives",
+    )
+    p.add_argument("names", nargs="*", metavar="NAME")
+    p.add_argument(
+        "-r", "--recursive", action="store_true", help="first update everything upstream, in dependency order"
+    )
+    p.add_argument("--all", action="store_true", help="pull every dataset of the repository")
+    p.add_argument(
+        "--max-workers",
+        type=int,
+        default=2,
+        help="datasets of one dependency level pulled at once (default 2)",
+    )
+    p.add_argument(
+        "--fetch-uncacheable", action="store_true", help="re-fetch sources without caching headers"
+    )
+    p.add_argument("--set-watermark", metavar="T", help="advance the watermark to this RFC 3339 time")
+    p.add_argument("--files-per-batch", type=int, default=1, help="FilesGlob: files per AddData block")
+    add_pull_options(p)
+    p.set_defaults(func=cmd_pull)
+    p = groups.add_parser(
+        "ingest", parents=[repo_arg, engine_arg, ingest_arg], help="push files into a push source"
+    )
+    p.add_argument("name")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--source", help="the push source's name (needed when there are several)")
+    p.add_argument("--event-time", metavar="T", help="event time for records that carry none (RFC 3339)")
+    p.set_defaults(func=cmd_ingest)
+    p = groups.add_parser(
+        "transform",
+        parents=[repo_arg, engine_arg, transform_arg],
+        help="bring a derivative dataset up to date",
+    )
+    p.add_argument("name")
+    p.add_argument(
+        "--input-head",
+        action="append",
+        metavar="ALIAS=HASH",
+        help="process this input only up to that block (repeatable)",
+    )
+    p.set_defaults(func=cmd_transform)
+    p = groups.add_parser("tail", parents=[repo_arg], help="print a dataset's last records")
+    p.add_argument("name")
+    p.add_argument("-n", type=int, default=10)
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.set_defaults(func=cmd_tail)

@@ -1,0 +1,357 @@
+"""The `odf` command: inspection, conformance and workspace tools over the ODF core (no Airflow).
+
+Bad input never shows a traceback: the command prints one line per problem (file, field path,
+what was expected) to stderr and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from airflow_odf.cli.data import register as register_data_commands
+from airflow_odf.cli.engine import LazyRunner, engine_options
+from airflow_odf.cli.engine import register as register_engine_commands
+from airflow_odf.cli.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_CONFLICT,
+    EXIT_VERIFICATION_FAILED,
+    CliError,
+    VerificationFailed,
+)
+from airflow_odf.cli.schema import expand_shorthand
+from airflow_odf.cli.schema import register as register_schema_commands
+from airflow_odf.cli.sync import register as register_sync_commands
+from airflow_odf.odf.chain.integrity import collect_garbage, verify_integrity
+from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
+from airflow_odf.odf.format.manifests import dump_manifest, manifest_to_plain, read_manifests, read_single
+from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.repo.snapshot_order import dependency_order
+from airflow_odf.odf.storage.store import ConflictError
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise CliError([f"{path}: cannot read file: {e.strerror or e}"]) from None
+
+
+def cmd_block_encode(args: argparse.Namespace) -> None:
+    block = read_single(args.file, "MetadataBlock")
+    data = encode_block(block)
+    if args.output:
+        try:
+            Path(args.output).write_bytes(data)
+        except OSError as e:
+            raise CliError([f"{args.output}: cannot write the block file: {e.strerror or e}"]) from None
+    print(block_hash(data))
+
+
+def cmd_block_decode(args: argparse.Namespace) -> None:
+    data = _read_bytes(args.file)
+    try:
+        block = decode_block(data)
+    except OdfError as e:
+        raise CliError([f"{args.file}: {e}"]) from None
+    if args.format == "json":
+        print(json.dumps(manifest_to_plain(block), indent=2, ensure_ascii=False))
+    else:
+        sys.stdout.write(dump_manifest(block))
+
+
+def cmd_block_hash(args: argparse.Namespace) -> None:
+    print(block_hash(_read_bytes(args.file)))
+
+
+def cmd_snapshot_validate(args: argparse.Namespace) -> None:
+    lines: list[str] = []
+    for path in args.files:
+        try:
+            manifests = read_manifests(path)
+        except ManifestError as e:
+            lines += e.lines()
+            continue
+        for i, m in enumerate(manifests):
+            if m.kind != "DatasetSnapshot":
+                lines.append(f"{path}: kind: document {i + 1} is a {m.kind}, expected DatasetSnapshot")
+            elif not args.quiet:
+                print(
+                    f"{path}: ok ({m.content.name}, {m.content.kind.name.capitalize()}, "
+                    f"{len(m.content.metadata)} events)"
+                )
+    if lines:
+        raise CliError(lines)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _repo(args: argparse.Namespace) -> Repository:
+    return Repository.open(args.repo)
+
+
+def cmd_init(args: argparse.Namespace) -> None:
+    repo = Repository.init(args.repo)
+    print(f"initialised ODF repository in {repo.root}")
+
+
+def _checked(repo: Repository, snapshot: model.DatasetSnapshot, runner: LazyRunner) -> model.DatasetSnapshot:
+    """The snapshot, once a changed query of an existing derivative passed the schema-evolution check."""
+    if snapshot.kind is not model.DatasetKind.DERIVATIVE:
+        return snapshot
+    from airflow_odf.odf.transform.evolution import check_transform_change  # loads pyarrow
+
+    return check_transform_change(repo, snapshot, runner, repo.work_dir)
+
+
+def cmd_add(args: argparse.Namespace) -> None:
+    repo = _repo(args)
+    snapshots: list[model.DatasetSnapshot] = []
+    lines: list[str] = []
+    for path in args.manifests:
+        try:
+            snapshots += [m.content for m in read_manifests(path) if m.kind == "DatasetSnapshot"]
+        except ManifestError as e:
+            lines += e.lines()
+    if lines:
+        raise CliError(lines)
+    runner = LazyRunner(args)
+    for snapshot in dependency_order(snapshots):
+        try:
+            result = repo.add(_checked(repo, snapshot, runner))
+        except ConflictError:
+            raise
+        except OdfError as e:
+            lines.append(f"{snapshot.name}: {e}")
+            continue
+        what = "created" if result.created else f"{len(result.commit.new_blocks)} new blocks"
+        print(f"{result.name}\t{result.dataset_id}\t{result.commit.new_head}\t({what})")
+    if lines:
+        raise CliError(lines)
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    repo = _repo(args)
+    rows = []
+    for name, did in repo.list():
+        state = repo.dataset_by_id(did).state()
+        rows.append(
+            {
+                "name": name,
+                "id": str(did),
+                "kind": state.kind.name.capitalize() if state.kind is not None else None,
+                "head": str(state.head),
+                "blocks": state.num_blocks,
+                "records": state.num_records,
+                "size": state.data_size,
+            }
+        )
+    if args.format == "json":
+        print(json.dumps(rows, indent=2))
+        return
+    header = ("NAME", "KIND", "BLOCKS", "RECORDS", "HEAD")
+    table = [
+        header,
+        *[(r["name"], r["kind"] or "", str(r["blocks"]), str(r["records"]), r["head"]) for r in rows],
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def cmd_log(args: argparse.Namespace) -> None:
+    dataset = _repo(args).dataset(args.name)
+    entries = []
+    for i, (h, block) in enumerate(dataset.iter_blocks()):
+        if args.limit is not None and i >= args.limit:
+            break
+        entries.append((h, block))
+    if args.format == "json":
+        print(
+            json.dumps(
+                [{"hash": str(h), **manifest_to_plain(b)} for h, b in entries], indent=2, ensure_ascii=False
+            )
+        )
+        return
+    sys.stdout.write("---\n".join(f"# block {h}\n{dump_manifest(b)}" for h, b in entries))
+
+
+def cmd_reset(args: argparse.Namespace) -> None:
+    dataset = _repo(args).dataset(args.name)
+    try:
+        to = Multihash.parse(args.hash)
+    except OdfError as e:
+        raise CliError([f"HASH: {e}"]) from None
+    result = dataset.reset(to)
+    print(f"{args.name}: head moved from {result.old_head} to {result.new_head}")
+
+
+def cmd_verify(args: argparse.Namespace) -> None:
+    repo = _repo(args)
+    dataset = repo.dataset(args.name)
+    problems = verify_integrity(dataset)
+    state = dataset.state()
+    replay = not args.integrity and not problems and state.kind is model.DatasetKind.DERIVATIVE
+    not_reproducible = []
+    if replay:
+        from airflow_odf.odf.transform.verify import verify_reproducibility  # loads pyarrow
+
+        not_reproducible = verify_reproducibility(
+            repo,
+            args.name,
+            LazyRunner(args),
+            repo.work_dir,
+            log=lambda line: print(line, file=sys.stderr),
+        )
+    ok = not problems and not not_reproducible
+    if args.format == "json":
+        report = {
+            "dataset": args.name,
+            "ok": ok,
+            "problems": [{"kind": p.kind, "ref": p.ref, "message": p.message} for p in problems],
+            "reproducibility": "checked" if replay else "not checked",
+            "not_reproducible": [
+                {"block": str(p.block_hash), "field": p.field, "recorded": p.recorded, "replayed": p.replayed}
+                for p in not_reproducible
+            ],
+        }
+        print(json.dumps(report, indent=2))
+    elif not ok:
+        for line in [*problems, *not_reproducible]:
+            print(f"{args.name}: {line}")
+    else:
+        what = "data and checkpoints intact"
+        if replay:
+            what += f"; all {state.num_blocks} blocks' transforms reproduced"
+        print(f"{args.name}: ok ({state.num_blocks} blocks, {what})")
+    if not ok:
+        raise VerificationFailed
+
+
+def cmd_gc(args: argparse.Namespace) -> None:
+    repo = _repo(args)
+    removed = 0
+    for _name, did in repo.list():
+        removed += len(collect_garbage(repo.dataset_by_id(did), args.min_age))
+    for path in repo.unnamed_datasets(args.min_age):
+        repo.remove_dataset_dir(path)
+        removed += 1
+    print(f"removed {removed} unreferenced objects and folders")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="odf", description="Open Data Fabric tools of airflow-provider-odf")
+    groups = parser.add_subparsers(dest="group", required=True)
+
+    block = groups.add_parser("block", help="encode, decode and hash metadata blocks").add_subparsers(
+        dest="command", required=True
+    )
+    p = block.add_parser("encode", help="encode a MetadataBlock YAML manifest; prints the block hash")
+    p.add_argument("file")
+    p.add_argument("-o", "--output", help="write the block file here")
+    p.set_defaults(func=cmd_block_encode)
+    p = block.add_parser("decode", help="print a block file as a MetadataBlock manifest")
+    p.add_argument("file")
+    p.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    p.set_defaults(func=cmd_block_decode)
+    p = block.add_parser("hash", help="print the multihash of a block file")
+    p.add_argument("file")
+    p.set_defaults(func=cmd_block_hash)
+
+    snapshot = groups.add_parser("snapshot", help="work with DatasetSnapshot manifests").add_subparsers(
+        dest="command", required=True
+    )
+    p = snapshot.add_parser("validate", help="exit 0 when every manifest is a valid DatasetSnapshot")
+    p.add_argument("files", nargs="+")
+    p.add_argument("-q", "--quiet", action="store_true", help="print problems only")
+    p.set_defaults(func=cmd_snapshot_validate)
+
+    repo_arg = argparse.ArgumentParser(add_help=False)
+    repo_arg.add_argument(
+        "--repo",
+        default=os.environ.get("ODF_REPO", "."),
+        help="repository directory (default: $ODF_REPO or the current directory)",
+    )
+    p = groups.add_parser("init", parents=[repo_arg], help="create a repository")
+    p.set_defaults(func=cmd_init)
+    p = groups.add_parser(
+        "add",
+        parents=[repo_arg, engine_options()],
+        help="create or evolve datasets from DatasetSnapshot manifests (of a name given twice the last wins)",
+    )
+    p.add_argument("manifests", nargs="+")
+    p.set_defaults(func=cmd_add)
+    p = groups.add_parser("list", parents=[repo_arg], help="list the datasets of the repository")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=cmd_list)
+    p = groups.add_parser("log", parents=[repo_arg], help="print a dataset's blocks, newest first")
+    p.add_argument("name")
+    p.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    p.add_argument("--limit", type=int)
+    p.set_defaults(func=cmd_log)
+    p = groups.add_parser("reset", parents=[repo_arg], help="move a dataset's head back to an earlier block")
+    p.add_argument("name")
+    p.add_argument("hash")
+    p.set_defaults(func=cmd_reset)
+    p = groups.add_parser(
+        "verify",
+        parents=[repo_arg, engine_options()],
+        help="verify a dataset: integrity, and for a derivative the reproducibility of its transforms",
+    )
+    p.add_argument("name")
+    p.add_argument(
+        "--integrity", action="store_true", help="only re-check hashes, chain rules and objects (no replay)"
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_verify)
+    p = groups.add_parser("gc", parents=[repo_arg], help="remove objects no dataset head refers to")
+    p.add_argument(
+        "--min-age",
+        type=float,
+        default=3600.0,
+        help="only remove objects older than this many seconds (protects commits in progress)",
+    )
+    p.set_defaults(func=cmd_gc)
+    register_data_commands(groups, repo_arg)
+    register_schema_commands(groups, repo_arg)
+    register_sync_commands(groups, repo_arg)
+    register_engine_commands(groups)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(expand_shorthand(list(sys.argv[1:] if argv is None else argv)))
+    func: Callable[[argparse.Namespace], None] = args.func
+    code = EXIT_BAD_INPUT
+    try:
+        func(args)
+    except VerificationFailed:
+        return EXIT_VERIFICATION_FAILED
+    except ManifestError as e:
+        lines = e.lines()
+    except CliError as e:
+        lines = e.lines
+    except ConflictError as e:
+        lines, code = [f"conflict: {e}"], EXIT_CONFLICT
+    except ChainRuleError as e:
+        lines = [f"rejected: {e}"]
+    except OdfError as e:
+        lines = [str(e)]
+    else:
+        return 0
+    for line in lines:
+        print(line, file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

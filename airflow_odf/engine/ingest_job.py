@@ -1,0 +1,230 @@
+"""The ingest handler: read the inputs (one reader per format), preprocess, merge against the previous
+state, add the system columns and offsets, write the slices and the new merge state. Also what schema
+inference shares with it (reading the inputs, the output frame).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.merge import ROW_COLUMN, keeps_state, load_state, merge, next_state, write_state
+from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
+from airflow_odf.engine.readers import LINE_FORMATS, read_input
+from airflow_odf.engine.spark_types import spark_to_arrow
+from airflow_odf.engine.writer import (
+    SOURCE_EVENT_TIME_COLUMN,
+    Vocabulary,
+    normalize_timestamps,
+    parse_time,
+    with_system_columns,
+    write_slices,
+)
+
+_FILE_COLUMN = "__odf_input_file"
+_POSITION_BITS = 44  # row positions below 2**44: up to 2,048 Spark partitions per input
+# Inputs up to this size (with no merge state joined in) are read in one task, together with their sort:
+# a parallel read would save less than the shuffle (and planning) that gathers them into one partition.
+_GATHER_BYTES = 16 * 1024 * 1024
+
+
+def arrow_schema(text: str | None) -> pa.Schema | None:
+    return None if text is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
+
+
+def read_inputs(
+    spark: SparkSession, request: dict[str, Any], vocab: Vocabulary
+) -> tuple[DataFrame | None, int]:
+    """The new records of all inputs, in input order, each tagged with its source's event time.
+
+    Input order is kept in ROW_COLUMN: the input's index in the high bits, the row's position (Spark's
+    monotonically increasing id, which follows the file) in the low ones. Several files of a line
+    format without preprocess queries are read in one scan; otherwise each file is read and preprocessed
+    on its own (as the reference ingests one file per iteration) and the results are unioned.
+    """
+    inputs = request["inputs"]
+    read_schema = arrow_schema(request.get("read_schema"))
+    batch = len(inputs) > 1 and not request.get("preprocess") and request["read"].get("kind") in LINE_FORMATS
+    groups = [inputs] if batch else [[item] for item in inputs]
+    frames, quarantined = [], 0
+    for group in groups:
+        result = read_input(
+            spark,
+            request["read"],
+            [item["path"] for item in group],
+            read_schema,
+            bad_records=request.get("bad_records", "fail"),
+            quarantine_dir=os.path.join(request["out_dir"], "quarantine"),
+            file_column=_FILE_COLUMN if batch else None,
+            defer_check=True,
+        )
+        quarantined += result.num_quarantined
+        if result.df is None:
+            continue
+        df = result.df
+        if request.get("preprocess"):
+            df = run_queries(spark, df, request["preprocess"])
+        elif read_schema is None:
+            df = default_preprocess(df, request["merge"]["kind"], vocab.as_dict())
+        frames.append(_tag_rows(df, group, first_index=inputs.index(group[0]), by_file=batch))
+    if not frames:
+        return None, quarantined
+    first = frames[0]
+    for i, df in enumerate(frames[1:], start=1):
+        if sorted(df.columns) != sorted(first.columns):
+            raise EngineInputError(
+                "bad-schema",
+                f"{inputs[i]['path']}: columns {df.columns} differ from {inputs[0]['path']}: {first.columns}",
+            )
+        first = first.unionByName(df)
+    return first, quarantined
+
+
+def _tag_rows(df: DataFrame, group: list[dict[str, Any]], *, first_index: int, by_file: bool) -> DataFrame:
+    """Adds ROW_COLUMN (input order) and the source event time of each row's input."""
+
+    def literal_time(item: dict[str, Any]) -> Column:
+        et = item.get("source_event_time")
+        return F.lit(parse_time(et) if et else None).cast(T.TimestampType())
+
+    position = F.monotonically_increasing_id()
+    if not by_file:
+        index, source_et = F.lit(first_index).cast("long"), literal_time(group[0])
+    else:
+        paths = [os.path.abspath(item["path"]) for item in group]
+        index = _by_file(paths, [F.lit(i) for i in range(len(group))])
+        source_et = _by_file(paths, [literal_time(item) for item in group])
+    df = df.withColumn(ROW_COLUMN, F.shiftleft(index.cast("long"), _POSITION_BITS) + position)
+    return df.withColumn(SOURCE_EVENT_TIME_COLUMN, source_et).drop(_FILE_COLUMN)
+
+
+def _by_file(paths: list[str], values: list[Column]) -> Column:
+    """The value of each row's input file (a literal map lookup, evaluated in the JVM)."""
+    pairs = [x for path, value in zip(paths, values, strict=True) for x in (F.lit(path), value)]
+    return F.element_at(F.create_map(*pairs), F.col(_FILE_COLUMN))
+
+
+def _with_event_time(df: DataFrame, vocab: Vocabulary, dataset_schema: pa.Schema | None) -> DataFrame:
+    """Adds a typed all-null event-time column when the data has none (filled from the source later)."""
+    if vocab.event_time in df.columns:
+        return df
+    et_type: T.DataType = T.TimestampType()
+    known = dataset_schema is not None and vocab.event_time in dataset_schema.names
+    if known and pa.types.is_date(dataset_schema.field(vocab.event_time).type):
+        et_type = T.DateType()
+    return df.withColumn(vocab.event_time, F.lit(None).cast(et_type))
+
+
+def _input_bytes(request: dict[str, Any]) -> int:
+    return sum(os.path.getsize(i["path"]) for i in request["inputs"] if os.path.isfile(i["path"]))
+
+
+def _num_partitions(spark: SparkSession, request: dict[str, Any], size: int) -> int:
+    """One sorted partition (and so at least one slice) per `target_slice_bytes` of input."""
+    target = max(1, request.get("target_slice_bytes") or 1024 * 1024 * 1024)
+    return max(1, min(-(-size // target), 4 * spark.sparkContext.defaultParallelism))
+
+
+def ingest_output(
+    new: DataFrame,
+    state: DataFrame | None,
+    request: dict[str, Any],
+    vocab: Vocabulary,
+    *,
+    system_time: datetime,
+    next_offset: int,
+    num_partitions: int = 1,
+    gather: bool = False,
+) -> DataFrame:
+    """The ingest's output as it will be written: validated, event time set, merged against `state`
+    (None: the first ingest), data columns in input order, system columns added. Shared with `infer`.
+
+    `gather`: see `with_system_columns` (for a small input and no state: with a state joined in, the
+    join would run in the one task too, however large the state)."""
+    strategy = request["merge"]
+    validate_input(new, strategy["kind"], vocab.as_dict())
+    new = normalize_timestamps(new)
+    new = _with_event_time(new, vocab, arrow_schema(request.get("dataset_schema")))
+    merged = merge(strategy, new, state, vocab=vocab.as_dict())
+    # joins may move key columns first: the data columns keep the order the input gives them
+    ordered = [c for c in new.columns if c in merged.data.columns]
+    data = merged.data.select(*ordered, *[c for c in merged.data.columns if c not in ordered])
+    return with_system_columns(
+        data,
+        merged.sort_columns,
+        vocab=vocab,
+        system_time=system_time,
+        next_offset=next_offset,
+        num_partitions=num_partitions,
+        gather=gather,
+        drop_columns=(ROW_COLUMN,),
+    )
+
+
+def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    vocab = Vocabulary.from_request(request.get("vocab", {}))
+    strategy = request["merge"]
+    new, quarantined = read_inputs(spark, request, vocab)
+    response: dict[str, Any] = {"num_quarantined": quarantined}
+    if quarantined:
+        response["quarantine_path"] = os.path.join(request["out_dir"], "quarantine")
+    if new is None:
+        return response
+    state = load_state(
+        spark,
+        strategy,
+        request.get("prev_checkpoint_path"),
+        request.get("prev_data_paths", []),
+        vocab=vocab.as_dict(),
+    )
+    size = _input_bytes(request)
+    output = ingest_output(
+        new,
+        state,
+        request,
+        vocab,
+        system_time=parse_time(request["system_time"]),
+        next_offset=request["next_offset"],
+        num_partitions=_num_partitions(spark, request, size),
+        gather=state is None and size <= _GATHER_BYTES,
+    )
+    spark_to_arrow(output.schema)  # a column Spark holds but Parquet/ODF cannot (an interval) fails here
+    slices, schema_file = write_slices(
+        output,
+        request["out_dir"],
+        vocab=vocab,
+        max_records_per_slice=request.get("max_records_per_slice"),
+    )
+    schema = pq.read_schema(schema_file).remove_metadata()
+    response["output_schema"] = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+    response["slices"] = [s.__dict__ for s in slices]
+    ets = [s.max_event_time for s in slices if s.max_event_time]
+    response["max_event_time"] = max(ets, key=parse_time) if ets else None
+    if slices and keeps_state(strategy):  # folds in what was written: read back, not recomputed
+        written = spark.read.parquet(*[s.path for s in slices])
+        new_state = next_state(strategy, state, written, vocab=vocab.as_dict())
+        if new_state is not None:
+            path = os.path.join(request["out_dir"], "checkpoint.parquet")
+            write_state(new_state, path, strategy)
+            response["new_checkpoint_path"] = path
+    return response
+
+
+def locate_bad_records(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any] | None:
+    """After a job met a broken record: read the inputs again with the full check, to name file and line."""
+    schema = arrow_schema(request.get("read_schema"))
+    try:
+        for item in request["inputs"]:
+            read_input(spark, request["read"], [item["path"]], schema)
+    except EngineInputError as e:
+        return {"error": {"kind": e.kind, "message": e.message}}
+    return None

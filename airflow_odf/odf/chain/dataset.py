@@ -1,0 +1,275 @@
+"""A dataset: its metadata chain and objects in an object store, with atomic, validated commits.
+
+Layout (spec "Dataset Layout"): `blocks/<hash>`, `refs/head` (no trailing newline), `data/<physical
+hash>`, `checkpoints/<physical hash>`, `info/`. A commit writes objects first, then blocks, then moves
+`refs/head` by compare-and-swap — a crash at any step leaves the old head, and of two racing writers
+exactly one moves the head; the other gets `ConflictError` and nothing of its commit is visible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_odf.odf.chain.rules import ChainState, apply_block
+from airflow_odf.odf.chain.summary import SUMMARY_KEY, state_from_json, state_to_json
+from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, ManifestError, OdfError
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
+from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectStore
+
+HEAD_REF = "refs/head"
+
+
+class CorruptDatasetError(OdfError):
+    """The stored chain is damaged: a missing or tampered block, or blocks that break the rules."""
+
+
+def _parse_head(raw: bytes | None) -> Multihash | None:
+    if raw is None:
+        return None
+    try:
+        return Multihash.parse(raw.decode().strip())
+    except (OdfError, UnicodeDecodeError) as e:
+        raise CorruptDatasetError(f"{HEAD_REF} does not hold a block hash: {e}") from None
+
+
+def block_key(h: Multihash) -> str:
+    return f"blocks/{h}"
+
+
+class _CurrentHead:
+    """Sentinel: guard a commit with whatever the head is when it starts."""
+
+    def __repr__(self) -> str:
+        return "CURRENT_HEAD"
+
+
+CURRENT_HEAD = _CurrentHead()
+ExpectedHead = Multihash | str | _CurrentHead | None
+
+
+def _expected(value: ExpectedHead) -> Multihash | _CurrentHead | None:
+    return Multihash.parse(value) if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class StagedObject:
+    """A local file to store as `data/<hash>` or `checkpoints/<hash>` in the same commit."""
+
+    key: str
+    path: Path
+    move: bool = True
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    old_head: Multihash | None
+    new_head: Multihash | None
+    new_blocks: list[Multihash] = field(default_factory=list)
+    state: ChainState = field(default_factory=ChainState)
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.new_blocks
+
+
+class Dataset:
+    """One dataset in a store. Cheap to create; state is read through the summary index."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self.store = store
+
+    def __repr__(self) -> str:
+        return f"Dataset({self.store!r})"
+
+    @property
+    def on_local_disk(self) -> bool:
+        """Whether its objects are files on this machine (staged files are moved in, not uploaded)."""
+        return self.store.local_path("data") is not None
+
+    # ----- reading -----
+
+    def head(self) -> Multihash | None:
+        return _parse_head(self.store.get_or_none(HEAD_REF))
+
+    def block_bytes(self, h: Multihash, *, verify: bool = True) -> bytes:
+        try:
+            data = self.store.get(block_key(h))
+        except ObjectNotFoundError:
+            raise CorruptDatasetError(f"block {h} is missing") from None
+        if verify and block_hash(data) != h:
+            raise CorruptDatasetError(f"block {h} is corrupt: its bytes hash to {block_hash(data)}")
+        return data
+
+    def block(self, h: Multihash) -> model.MetadataBlock:
+        try:
+            return decode_block(self.block_bytes(h))
+        except BlockDecodeError as e:
+            raise CorruptDatasetError(f"block {h} cannot be decoded: {e}") from None
+
+    def iter_blocks(
+        self, start: Multihash | None = None, stop: Multihash | None = None
+    ) -> Iterator[tuple[Multihash, model.MetadataBlock]]:
+        """Blocks from `start` (default: head) back to the Seed, or until (excluding) `stop`."""
+        h = start if start is not None else self.head()
+        while h is not None and h != stop:
+            block = self.block(h)
+            yield h, block
+            h = block.prev_block_hash
+
+    def state(self) -> ChainState:
+        """The dataset's current state, from the summary plus any newer blocks (rebuilt when needed)."""
+        head = self.head()
+        summary = self._read_summary()
+        if summary is not None and summary.head == head:
+            return summary
+        newer: list[tuple[Multihash, model.MetadataBlock]] = []
+        base = ChainState()
+        for h, block in self.iter_blocks(head):
+            if summary is not None and h == summary.head:
+                base = summary
+                break
+            newer.append((h, block))
+        state = fold(base, reversed(newer))
+        self._write_summary(state)
+        return state
+
+    def state_at(self, block_hash: Multihash) -> ChainState:
+        """The state as of an earlier block of the chain (a fold from the Seed: O(chain))."""
+        head = self.head()
+        blocks = []
+        found = False
+        for h, block in self.iter_blocks(head):
+            found = found or h == block_hash
+            if found:
+                blocks.append((h, block))
+        if not found:
+            raise ChainRuleError("rebase-target", f"block {block_hash} is not in the chain of head {head}")
+        return fold(ChainState(), reversed(blocks))
+
+    def _read_summary(self) -> ChainState | None:
+        raw = self.store.get_or_none(SUMMARY_KEY)
+        if raw is None:
+            return None
+        try:
+            return state_from_json(raw)
+        except (ValueError, KeyError, TypeError, AttributeError, OdfError, ManifestError):
+            return None  # derived data: rebuilt from the chain
+
+    def _write_summary(self, state: ChainState) -> None:
+        with contextlib.suppress(OSError, OdfError):
+            self.store.put(SUMMARY_KEY, state_to_json(state))
+
+    # ----- writing -----
+
+    def commit(
+        self,
+        events: Sequence[Any],
+        *,
+        system_time: Timestamp | None = None,
+        expected_head: ExpectedHead = CURRENT_HEAD,
+        objects: Sequence[StagedObject] = (),
+        onto: Multihash | None = None,
+    ) -> CommitResult:
+        """Appends one block per event, validated against the chain rules, atomically.
+
+        `expected_head` guards against lost updates: the commit fails with ConflictError unless the
+        head is still that value (default: whatever the head was when the commit started).
+        `onto` rewrites history: the new blocks follow that earlier block of the chain instead of the
+        head, and the blocks after it leave the chain (their objects stay until `gc`) — in the same
+        single move of the head, so a failure leaves the old chain in place.
+        """
+        state = self.state()
+        expected = _expected(expected_head)
+        if expected is not CURRENT_HEAD and expected != state.head:
+            raise ConflictError(f"head is {state.head}, expected {expected}")
+        system_time = system_time or Timestamp.now()
+        if state.system_time is not None and system_time < state.system_time:
+            system_time = state.system_time  # clocks may step back; the chain's time may not
+        blocks: list[tuple[Multihash, bytes]] = []
+        new_state = state if onto is None else self.state_at(onto)
+        for event in events:
+            block = model.MetadataBlock(
+                system_time=system_time,
+                prev_block_hash=new_state.head,
+                sequence_number=new_state.sequence_number + 1,
+                event=event,
+            )
+            data = encode_block(block)
+            h = block_hash(data)
+            new_state = apply_block(new_state, block, h)
+            blocks.append((h, data))
+        if not blocks and onto is None:
+            return CommitResult(state.head, state.head, [], state)
+        self._store_objects(objects)
+        for h, data in blocks:
+            self.store.put(block_key(h), data)
+        self._move_head(state.head, new_state.head)
+        self._write_summary(new_state)
+        return CommitResult(state.head, new_state.head, [h for h, _ in blocks], new_state)
+
+    def append_block_bytes(
+        self, blocks: Sequence[bytes], *, expected_head: ExpectedHead, replace: bool = False
+    ) -> CommitResult:
+        """Appends blocks received verbatim (e.g. pulled): hashed, decoded and validated, never re-encoded.
+
+        `replace`: the blocks are a whole chain from its Seed that takes the place of the current one
+        (a forced sync over a diverged history), validated from scratch.
+        """
+        state = self.state()
+        expected_head = _expected(expected_head)
+        if expected_head is not CURRENT_HEAD and expected_head != state.head:
+            raise ConflictError(f"head is {state.head}, expected {expected_head}")
+        new_state = ChainState() if replace else state
+        hashes = []
+        for data in blocks:
+            h = block_hash(data)
+            new_state = apply_block(new_state, decode_block(data), h)
+            hashes.append(h)
+        self.store.put_many([(block_key(h), data) for h, data in zip(hashes, blocks, strict=True)])
+        if hashes:
+            self._move_head(state.head, new_state.head)
+            self._write_summary(new_state)
+        return CommitResult(state.head, new_state.head, hashes, new_state)
+
+    def _store_objects(self, objects: Sequence[StagedObject]) -> None:
+        for obj in objects:
+            if not self.store.exists(obj.key):
+                self.store.put_file(obj.key, obj.path, move=obj.move)
+
+    def _move_head(self, old: Multihash | None, new: Multihash | None) -> None:
+        """CAS against the ref's exact stored bytes (another tool may have written it with a newline)."""
+        raw = self.store.get_or_none(HEAD_REF)
+        current = _parse_head(raw)
+        if current != old:
+            raise ConflictError(f"{HEAD_REF} moved concurrently: expected {old}, found {current}")
+        self.store.compare_and_swap(HEAD_REF, raw, None if new is None else str(new).encode())
+
+    def reset(self, to: Multihash, *, expected_head: ExpectedHead = CURRENT_HEAD) -> CommitResult:
+        """Moves the head back to an earlier block of the chain (compare-and-swap)."""
+        head = self.head()
+        expected_head = _expected(expected_head)
+        if expected_head is not CURRENT_HEAD and expected_head != head:
+            raise ConflictError(f"head is {head}, expected {expected_head}")
+        if not any(h == to for h, _ in self.iter_blocks(head)):
+            raise ChainRuleError("reset-target", f"block {to} is not in the chain of head {head}")
+        self._move_head(head, to)
+        return CommitResult(head, to, [], self.state())
+
+
+def fold(state: ChainState, blocks: Any) -> ChainState:
+    """Applies `(hash, block)` pairs oldest first; a rule violation means the stored chain is corrupt."""
+    for h, block in blocks:
+        try:
+            state = apply_block(state, block, h)
+        except ChainRuleError as e:
+            raise CorruptDatasetError(
+                f"block {h} (sequence {block.sequence_number}) breaks the chain: {e}"
+            ) from None
+    return state

@@ -1,0 +1,132 @@
+"""How the core runs an engine request: any object with `run(request_json, work_dir) -> response_json`.
+
+Two runners exist: the in-process `airflow_odf.engine.local_runner.LocalSparkRunner` (tests, CLI) and
+`SparkSubmitRunner` here, which builds the `spark-submit` command line — the job script, the
+`--py-files` archive of this package (so executors on a real cluster can import it) and the request /
+response file arguments. The Airflow layer passes the same pieces to the Spark provider's hook.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import zipfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+import airflow_odf
+from airflow_odf.odf.engine_client.fast_start import fast_start_conf, local_spark_problem
+from airflow_odf.odf.errors import OdfError
+
+_log = logging.getLogger(__name__)
+PACKAGE_DIR = Path(airflow_odf.__file__).resolve().parent
+
+
+class EngineRunError(OdfError):
+    """The engine process failed before it could answer (crash, missing spark-submit, ...)."""
+
+
+def require_local_spark() -> None:
+    """Fails with what to install when this machine cannot start a local Spark session (called before
+    the in-process engine imports pyspark: the Spark Connect client alone has the module, not Spark)."""
+    problem = local_spark_problem()
+    if problem is not None:
+        raise EngineRunError(problem)
+
+
+class EngineRunner(Protocol):
+    def run(self, request_json: str, work_dir: Path) -> str: ...
+
+
+def job_script() -> Path:
+    """The spark-submit application: the engine's job module, run as a script."""
+    return PACKAGE_DIR / "engine" / "job.py"
+
+
+def package_archive(dest_dir: Path) -> Path:
+    """A zip of the `airflow_odf` package for `--py-files`, named by its content hash (built once)."""
+    files = sorted(p for p in PACKAGE_DIR.rglob("*.py") if "__pycache__" not in p.parts)
+    digest = hashlib.sha3_256()
+    for path in files:
+        digest.update(str(path.relative_to(PACKAGE_DIR)).encode() + b"\0" + path.read_bytes())
+    archive = dest_dir / f"airflow_odf-{digest.hexdigest()[:16]}.zip"
+    if not archive.exists():
+        dest_dir.mkdir(parents=True, exist_ok=True)
+        tmp = archive.with_suffix(f".tmp{os.getpid()}")
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
+            for path in files:
+                zf.write(path, Path("airflow_odf") / path.relative_to(PACKAGE_DIR))
+        os.replace(tmp, archive)
+    return archive
+
+
+class SparkSubmitRunner:
+    """Runs the engine job through `spark-submit` (client mode on a cluster, or `local[*]`).
+
+    With `fast_start` (default), small jobs on a local master start their JVM with the options of
+    `engine_start` (class archive, client JIT), which change how fast the job starts, not what it does."""
+
+    def __init__(
+        self,
+        master: str = "local[*]",
+        *,
+        spark_submit: str = "spark-submit",
+        conf: dict[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+        log: Callable[[str], None] = _log.info,
+        fast_start: bool = True,
+    ) -> None:
+        self.master = master
+        self.spark_submit = spark_submit
+        self.conf = conf or {}
+        self.extra_args = list(extra_args)
+        self.log = log
+        self.fast_start = fast_start
+
+    def command(
+        self, requests: Sequence[tuple[Path, Path]], archive: Path, conf: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """The command line of one job answering each (request, response) pair in turn."""
+        cmd = [self.spark_submit, "--master", self.master, "--name", "airflow-odf-ingest"]
+        for key, value in {"spark.ui.enabled": "false", **(self.conf if conf is None else conf)}.items():
+            cmd += ["--conf", f"{key}={value}"]
+        cmd += ["--py-files", str(archive), *self.extra_args, str(job_script())]
+        for request_path, response_path in requests:
+            cmd += ["--request", str(request_path), "--response", str(response_path)]
+        return cmd
+
+    def run(self, request_json: str, work_dir: Path) -> str:
+        request_path, response_path = work_dir / "request.json", work_dir / "response.json"
+        request_path.write_text(request_json, encoding="utf-8")
+        conf = self.conf
+        if self.fast_start:
+            conf = fast_start_conf(self.conf, self.master, request_json)
+        self.submit([(request_path, response_path)], work_dir, conf)
+        return response_path.read_text(encoding="utf-8")
+
+    def submit(self, requests: Sequence[tuple[Path, Path]], work_dir: Path, conf: Mapping[str, str]) -> None:
+        """Runs one job over the written requests; fails unless every response was written."""
+        cmd = self.command(requests, package_archive(work_dir.parent / "py-files"), conf)
+        self.log("spark-submit: " + " ".join(cmd))
+        env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
+        try:
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=work_dir
+            )
+        except FileNotFoundError:
+            raise EngineRunError(
+                f"{self.spark_submit} not found: put the virtual environment's bin/ on PATH"
+            ) from None
+        tail: list[str] = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.log(line.rstrip())
+            tail = [*tail[-19:], line.rstrip()]
+        code = proc.wait()
+        if not all(response_path.exists() for _, response_path in requests):
+            raise EngineRunError(
+                f"spark-submit exited with code {code} without a response; last output:\n" + "\n".join(tail)
+            )

@@ -1,0 +1,128 @@
+"""What every fetch step shares: options, results and errors (the step modules import these, not `fetch`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from airflow_odf.odf.errors import OdfError, OdfFormatError
+from airflow_odf.odf.format.model import SourceState
+from airflow_odf.odf.format.timestamps import Timestamp
+
+SOURCE_NAME = "default"
+STATE_ETAG = "odf/etag"
+STATE_LAST_MODIFIED = "odf/last-modified"
+
+_logger = logging.getLogger("airflow_odf.odf.ingest.fetch.fetcher")
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    """Per-run settings of a fetch; the ingest layer builds them from the task and its connections."""
+
+    cache_dir: Path
+    has_previous_data: bool = False
+    fetch_uncacheable: bool = False
+    files_per_batch: int = 1
+    env: Mapping[str, str] | None = None
+    timeout: float = 30.0
+    allow_shell: bool = False  # for prepare(); the ingest layer passes it on, fetch does not use it
+    base_dir: Path | None = None  # relative FilesGlob paths are resolved here (default: the working dir)
+    log: Callable[[str], None] = field(default=_logger.info)
+
+    def environment(self) -> Mapping[str, str]:
+        """Variables for `${{ env.NAME }}` templates: `env` if given, else the process environment."""
+        return os.environ if self.env is None else self.env
+
+
+@dataclass(frozen=True)
+class FetchedFile:
+    """One fetched file, ready for the prepare steps; `source_event_time` None means "use system time"."""
+
+    path: Path
+    source_event_time: Timestamp | None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """Files to ingest in order, and the source state to record in the AddData block of this iteration."""
+
+    files: list[FetchedFile]
+    new_source_state: SourceState | None
+    has_more: bool = False
+    up_to_date: bool = False
+    uncacheable: bool = False
+
+
+def up_to_date(prev_state: SourceState | None, *, uncacheable: bool = False) -> FetchResult:
+    """Nothing new at the source: no files, and the state stays what it was."""
+    return FetchResult(files=[], new_source_state=prev_state, up_to_date=True, uncacheable=uncacheable)
+
+
+def make_state(kind: str, value: str) -> SourceState:
+    return SourceState(source_name=SOURCE_NAME, kind=kind, value=value)
+
+
+@dataclass(frozen=True)
+class PollingState:
+    """A previous `SourceState` understood: an ETag or a Last-Modified time (the reference's two kinds)."""
+
+    etag: str | None = None
+    last_modified: Timestamp | None = None
+
+    @classmethod
+    def of(cls, state: SourceState | None, where: str) -> PollingState:
+        if state is None:
+            return cls()
+        if state.kind == STATE_ETAG:
+            return cls(etag=state.value)
+        if state.kind == STATE_LAST_MODIFIED:
+            try:
+                return cls(last_modified=Timestamp.parse(state.value))
+            except OdfFormatError as e:
+                raise FetchError(f"{where}: previous source state {state.kind} is unreadable: {e}") from None
+        raise FetchError(
+            f"{where}: previous source state has kind {state.kind!r}; "
+            f"expected {STATE_ETAG!r} or {STATE_LAST_MODIFIED!r}"
+        )
+
+
+def file_mtime(stat: os.stat_result) -> Timestamp:
+    """Modification time rounded to milliseconds, as the reference records it in a Last-Modified state."""
+    return Timestamp.from_epoch_nanos((stat.st_mtime_ns + 500_000) // 1_000_000 * 1_000_000)
+
+
+class FetchError(OdfError):
+    """A fetch failed; `retryable` tells the scheduler whether trying again later may help."""
+
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
+
+
+class SourceNotFoundError(FetchError):
+    """The source does not exist (HTTP 404, a glob matching nothing, a missing file)."""
+
+
+class SourceUnreachableError(FetchError):
+    """The source exists but did not answer properly (HTTP 5xx, refused connection, timeout)."""
+
+    retryable = True
+
+    def __init__(
+        self, message: str, *, status: int | None = None, body: str = "", retryable: bool | None = None
+    ) -> None:
+        super().__init__(message, retryable=retryable)
+        self.status = status
+        self.body = body
+
+
+class ContainerRuntimeError(FetchError):
+    """No usable docker/podman engine, or the fetch container failed."""

@@ -1,0 +1,223 @@
+"""One ingest iteration (DESIGN.md "Data flow of one ingest task"): send the engine one request with
+the dataset's state, hash what it wrote (physical SHA3-256, logical arrow-digest), then commit
+SetDataSchema (first time) and one AddData per written slice, moving the head by compare-and-swap.
+Bad input fails the iteration before anything is committed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.engine_client.contract import (
+    IngestRequest,
+    IngestResponse,
+    InputFile,
+    Vocab,
+    schema_to_text,
+)
+from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.manifests import union_to_plain
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.operation import (
+    IngestError,
+    IngestResult,
+    local_object,
+    read_schema_text,
+    schema_events,
+    sql_steps,
+    stage_checkpoint,
+    stage_slice,
+)
+from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
+from airflow_odf.odf.schema.evolution import odf_schema
+
+ENGINE_EXTRA_KEY = "airflow-provider-odf.dev/engine"
+_STATEFUL_MERGES = ("Ledger", "Snapshot", "UpsertStream")
+
+
+@dataclass(frozen=True)
+class Run:
+    """What stays the same across the iterations of one pull."""
+
+    dataset: Dataset
+    runner: EngineRunner
+    options: IngestOptions
+    result: IngestResult
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    read: Any
+    preprocess: model.TransformSql | None
+    merge: Any
+
+
+def new_result(alias: str, state: ChainState) -> IngestResult:
+    head = None if state.head is None else str(state.head)
+    return IngestResult(alias, str(state.dataset_id), head, head)
+
+
+def root_state(dataset: Dataset, alias: str) -> ChainState:
+    state = dataset.state()
+    if state.kind is not model.DatasetKind.ROOT:
+        raise IngestError("not-root", f"{alias} is not a Root dataset: only Root datasets ingest data")
+    return state
+
+
+def _merge_state_inputs(dataset: Dataset, state: ChainState, op_dir: Path) -> tuple[str | None, list[str]]:
+    """The checkpointed merge state, if it is as of the last data, and every previous slice (oldest first,
+    for rebuilding the state when the checkpoint is missing, stale or of another strategy) — one walk.
+
+    Our ingests put the checkpoint on the block with the last slice; data added later without one (by
+    another tool) makes it stale.
+    """
+    if state.last_offset is None:
+        return None, []
+    adds = [
+        block.event
+        for _, block in dataset.iter_blocks(state.head)
+        if isinstance(block.event, model.AddData) and block.event.new_data is not None
+    ]
+    checkpoint = None
+    if state.checkpoint is not None and adds and adds[0].new_checkpoint == state.checkpoint:
+        checkpoint = local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
+    paths = [local_object(dataset, f"data/{e.new_data.physical_hash}", op_dir) for e in reversed(adds)]
+    return checkpoint, paths
+
+
+def run_and_commit(
+    run: Run,
+    state: ChainState,
+    source: Source,
+    inputs: list[InputFile],
+    new_source_state: model.SourceState | None,
+    system_time: Timestamp,
+    op_dir: Path,
+) -> ChainState:
+    dataset, runner, options, result = run.dataset, run.runner, run.options, run.result
+    alias = result.dataset
+    if state.system_time is not None and system_time < state.system_time:
+        system_time = state.system_time  # the chain's time may not go back; rows and block share it
+    merge_plain = union_to_plain(model.MergeStrategy, source.merge)
+    stateful = merge_plain["kind"] in _STATEFUL_MERGES
+    merge_checkpoint, merge_slices = (
+        _merge_state_inputs(dataset, state, op_dir) if stateful and inputs else (None, [])
+    )
+    response = IngestResponse()
+    if inputs:
+        request = IngestRequest(
+            operation_id=op_dir.name,
+            dataset_id=str(state.dataset_id),
+            dataset_alias=alias,
+            system_time=system_time.isoformat(),
+            next_offset=0 if state.last_offset is None else state.last_offset + 1,
+            inputs=inputs,
+            read=union_to_plain(model.ReadStep, source.read),
+            merge=merge_plain,
+            out_dir=str(op_dir / "out"),
+            vocab=Vocab.of(state.vocab),
+            read_schema=read_schema_text(source.read, alias),
+            preprocess=None if source.preprocess is None else sql_steps(source.preprocess),
+            dataset_schema=(
+                schema_to_text(data_schema_to_arrow(odf_schema(state.schema))) if state.schema else None
+            ),
+            prev_checkpoint_path=merge_checkpoint,
+            prev_data_paths=merge_slices,
+            prev_watermark=state.watermark.isoformat() if state.watermark else None,
+            max_records_per_slice=options.max_records_per_slice,
+            target_slice_bytes=options.target_slice_bytes,
+            bad_records=options.bad_records,
+        )
+        response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
+        if response.error is not None:
+            raise IngestError(response.error.kind, f"{alias}: {response.error.message}")
+        if response.num_quarantined:
+            options.log(f"{alias}: {response.num_quarantined} bad record(s) quarantined in the operation")
+            result.quarantined += response.num_quarantined
+    events, objects = _events(state, response, new_source_state, options, alias, dataset.on_local_disk)
+    if not events:
+        return state
+    commit = dataset.commit(events, system_time=system_time, expected_head=state.head, objects=objects)
+    result.new_head = str(commit.new_head)
+    result.new_blocks += [str(h) for h in commit.new_blocks]
+    result.records += response.num_records
+    options.log(f"{alias}: committed {len(commit.new_blocks)} block(s), {response.num_records} record(s)")
+    return commit.state
+
+
+def _events(
+    state: ChainState,
+    response: IngestResponse,
+    new_source_state: model.SourceState | None,
+    options: IngestOptions,
+    alias: str,
+    flush: bool,
+) -> tuple[list[Any], list[StagedObject]]:
+    """SetDataSchema (first time) and the AddData blocks for what the engine wrote; [] if nothing changed.
+    `flush`: the slices stay on this disk (`stage_slice`)."""
+    events: list[Any] = schema_events(state, response, alias, options.schema_policy)
+    objects: list[StagedObject] = []
+    watermark = state.watermark
+    prev_offset = state.last_offset
+    prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint else None
+    extra = {ENGINE_EXTRA_KEY: response.engine, **(options.extra or {})} if response.engine else options.extra
+    checkpoint = None
+    if response.new_checkpoint_path:
+        checkpoint, staged = stage_checkpoint(Path(response.new_checkpoint_path))
+        objects.append(staged)
+    *middle, last = response.slices or [None]
+    new_data = None
+    for written in [*middle, last]:
+        if written is None:
+            break
+        new_data, staged = stage_slice(written, flush=flush)
+        objects.append(staged)
+        if written.max_event_time is not None:
+            watermark = _max(watermark, Timestamp.parse(written.max_event_time))
+        if written is not last:
+            events.append(
+                model.AddData(
+                    prev_checkpoint=prev_checkpoint,
+                    prev_offset=prev_offset,
+                    new_data=new_data,
+                    new_watermark=watermark,
+                    extra=extra,
+                )
+            )
+            prev_offset = written.offset_end
+    # the last block carries the checkpoint, the final watermark and the source state
+    new_watermark = _final_watermark(watermark, options)
+    source_changed = new_source_state is not None and new_source_state != state.source_states.get(
+        new_source_state.source_name
+    )
+    if new_data is not None or new_watermark != state.watermark or source_changed:
+        events.append(
+            model.AddData(
+                prev_checkpoint=prev_checkpoint,
+                prev_offset=prev_offset,
+                new_data=new_data,
+                new_checkpoint=checkpoint,
+                new_watermark=new_watermark,
+                new_source_state=new_source_state if new_data is not None or source_changed else None,
+                extra=extra,
+            )
+        )
+    return events, objects
+
+
+def _max(a: Timestamp | None, b: Timestamp) -> Timestamp:
+    return b if a is None or b > a else a
+
+
+def _final_watermark(computed: Timestamp | None, options: IngestOptions) -> Timestamp | None:
+    """`--set-watermark` wins when it does not move the watermark back (it may not: monotonic)."""
+    if options.set_watermark is None:
+        return computed
+    return _max(computed, options.set_watermark)

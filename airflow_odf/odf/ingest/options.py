@@ -1,0 +1,41 @@
+"""How an ingest runs: the switches a task or `odf pull` / `odf ingest` gives it."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_odf.odf.engine_client.contract import BAD_RECORDS_FAIL
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.schema.policy import STRICT
+
+_log = logging.getLogger("airflow_odf.odf.ingest")
+SHELL_STEPS_ENV = "ODF_ALLOW_SHELL_STEPS"
+
+
+@dataclass(frozen=True)
+class IngestOptions:
+    """How to ingest: scratch space, fetch switches, slicing and the broken-record policy.
+
+    `extra` is recorded in every AddData's `extra` attributes (e.g. the Airflow run that committed it).
+    `schema_policy` (`strict` or `additive`) decides whether new data may evolve the schema.
+    `source_dir` is where relative FilesGlob paths are resolved (default: the working directory).
+    """
+
+    work_dir: Path
+    fetch_uncacheable: bool = False
+    set_watermark: Timestamp | None = None
+    files_per_batch: int = 1
+    max_records_per_slice: int | None = None
+    target_slice_bytes: int = 1024 * 1024 * 1024
+    bad_records: str = BAD_RECORDS_FAIL
+    allow_shell: bool = field(default_factory=lambda: os.environ.get(SHELL_STEPS_ENV) == "1")
+    max_iterations: int | None = None
+    extra: dict[str, Any] | None = None
+    schema_policy: str = STRICT
+    source_dir: Path | None = None
+    log: Callable[[str], None] = _log.info

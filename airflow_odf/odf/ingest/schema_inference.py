@@ -1,0 +1,201 @@
+"""Ahead-of-data schema inference: the schema a root dataset's first ingest would record, from a sample.
+
+The sample is fetched and prepared the way a polling ingest does it (the first batch of the source, as
+if nothing had been ingested yet, in a scratch directory that is removed afterwards), or, for a push
+source, it is the files the user gives. The engine reads and preprocesses it with the ingest's own code and
+answers with the output schema — system columns included — without writing data (InferRequest). The
+result is the ODF schema the first ingest would commit; `commit=True` records it before any data, which
+push-style datasets need so that producers know the contract first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.engine_client.contract import (
+    InferRequest,
+    InferResponse,
+    InputFile,
+    TypeWidening,
+    Vocab,
+    schema_from_text,
+)
+from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.manifests import union_to_plain
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
+from airflow_odf.odf.ingest.options import SHELL_STEPS_ENV
+from airflow_odf.odf.ingest.prepare import prepare
+from airflow_odf.odf.operation import IngestError, operation_dir, read_schema_text, sql_steps
+from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, strip_encoding
+from airflow_odf.odf.schema.evolution import SchemaChange, diff_schemas, odf_schema
+
+_log = logging.getLogger(__name__)
+
+
+class SchemaInferenceError(IngestError):
+    """Inference was refused or failed; `kind` is the engine's or the core's reason. Nothing committed."""
+
+
+@dataclass(frozen=True)
+class InferOptions:
+    """Scratch space and the prepare-step switch (the same as ingest's)."""
+
+    work_dir: Path
+    allow_shell: bool = field(default_factory=lambda: os.environ.get(SHELL_STEPS_ENV) == "1")
+    log: Callable[[str], None] = _log.info
+
+
+@dataclass
+class InferResult:
+    """The inferred schema, where it came from, and how it compares with the recorded one (if any)."""
+
+    dataset: str
+    source: str
+    sample: list[str]
+    schema: model.DataSchema
+    widenings: list[TypeWidening] = field(default_factory=list)
+    changes: list[SchemaChange] | None = None  # against the current schema; None: there is none
+    committed: bool = False
+    new_head: str | None = None
+
+
+@dataclass(frozen=True)
+class _Source:
+    name: str
+    read: Any
+    preprocess: model.TransformSql | None
+    merge: Any
+    prepare: list[model.PrepStep]
+    fetch: model.FetchStep | None  # None: a push source
+
+
+def _source(state: ChainState, alias: str, source_name: str | None, with_files: bool) -> _Source:
+    """The polling source, or the named (or only) push source."""
+    polling, pushes = state.polling_source, state.push_sources
+    if source_name is None and polling is not None and (not with_files or not pushes):
+        return _Source(
+            "default", polling.read, polling.preprocess, polling.merge, polling.prepare or [], polling.fetch
+        )
+    if source_name is not None and source_name not in pushes:
+        known = ", ".join(sorted(pushes)) or "none"
+        raise SchemaInferenceError(
+            "no-source", f"{alias} has no push source {source_name!r} (push sources: {known})"
+        )
+    if source_name is None:
+        if not pushes:
+            raise SchemaInferenceError(
+                "no-source", f"{alias} has no source (SetPollingSource or AddPushSource)"
+            )
+        if len(pushes) > 1:
+            names = ", ".join(sorted(pushes))
+            raise SchemaInferenceError("no-source", f"{alias} has several push sources ({names}): name one")
+        source_name = next(iter(pushes))
+    push = pushes[source_name]
+    return _Source(push.source_name, push.read, push.preprocess, push.merge, [], None)
+
+
+def infer_schema(
+    dataset: Dataset,
+    alias: str,
+    runner: EngineRunner,
+    options: InferOptions,
+    *,
+    files: Sequence[Path] = (),
+    source_name: str | None = None,
+    commit: bool = False,
+    system_time: Timestamp | None = None,
+) -> InferResult:
+    """The ODF schema the dataset's first ingest of the sample would record; committed if `commit` and the
+    dataset has no schema yet (if it has exactly this one, nothing is done; another one is an error)."""
+    state = dataset.state()
+    if state.kind is not model.DatasetKind.ROOT:
+        raise SchemaInferenceError(
+            "not-root", f"{alias} is not a Root dataset: a derivative's schema comes from its first transform"
+        )
+    source = _source(state, alias, source_name, bool(files))
+    if source.fetch is None and not files:
+        raise SchemaInferenceError(
+            "no-sample", f"{alias}: push source {source.name!r} has nothing to fetch; give sample files"
+        )
+    for path in files:
+        if not Path(path).is_file():
+            raise SchemaInferenceError("bad-input", f"{path}: no such sample file")
+    now = system_time or Timestamp.now()
+    with operation_dir(options.work_dir) as op_dir:
+        inputs = _sample(source, files, alias, options, op_dir, now)
+        request = InferRequest(
+            operation_id=op_dir.name,
+            dataset_id=str(state.dataset_id),
+            dataset_alias=alias,
+            inputs=inputs,
+            read=union_to_plain(model.ReadStep, source.read),
+            merge=union_to_plain(model.MergeStrategy, source.merge),
+            out_dir=str(op_dir / "out"),
+            vocab=Vocab.of(state.vocab),
+            read_schema=read_schema_text(source.read, alias),
+            preprocess=None if source.preprocess is None else sql_steps(source.preprocess),
+        )
+        response = InferResponse.from_json(runner.run(request.to_json(), op_dir))
+    if response.error is not None:
+        raise SchemaInferenceError(response.error.kind, f"{alias}: {response.error.message}")
+    if response.output_schema is None:
+        raise SchemaInferenceError("engine", f"{alias}: the engine reported no schema")
+    schema = strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
+    result = InferResult(alias, source.name, [i.path for i in inputs], schema, response.widenings)
+    if state.schema is not None:
+        result.changes = diff_schemas(odf_schema(state.schema), schema)
+    if commit:
+        _commit(dataset, state, result, now)
+    return result
+
+
+def _sample(
+    source: _Source, files: Sequence[Path], alias: str, options: InferOptions, op_dir: Path, now: Timestamp
+) -> list[InputFile]:
+    """The sample's input files: the given ones, else the source's first batch, prepared like an ingest."""
+    sample = [(Path(os.path.abspath(p)), now) for p in files]
+    if not sample:
+        assert source.fetch is not None
+        fetcher = SourceFetcher(
+            source.fetch,
+            FetchOptions(
+                cache_dir=op_dir / "fetch",
+                fetch_uncacheable=True,
+                allow_shell=options.allow_shell,
+                log=options.log,
+            ),
+        )
+        fetched = fetcher.fetch(None, now)  # as for a dataset without data: from the start
+        if not fetched.files:
+            raise SchemaInferenceError("no-sample", f"{alias}: the source has no data to take a sample from")
+        sample = [(f.path, f.source_event_time or now) for f in fetched.files]
+    return [
+        InputFile(str(prepare(source.prepare, path, op_dir, allow_shell=options.allow_shell)), t.isoformat())
+        for path, t in sample
+    ]
+
+
+def _commit(dataset: Dataset, state: ChainState, result: InferResult, now: Timestamp) -> None:
+    """Records the inferred schema before any data; an existing equal schema is left alone."""
+    if state.schema is not None:
+        if not result.changes:
+            return
+        raise SchemaInferenceError(
+            "has-schema",
+            f"{result.dataset} already has a different schema; the inferred one was not committed "
+            "(compare them with `odf schema diff`, change the schema with `odf schema apply`)",
+        )
+    commit = dataset.commit(
+        [model.SetDataSchema(schema=result.schema)], system_time=now, expected_head=state.head
+    )
+    result.committed = True
+    result.new_head = str(commit.new_head)

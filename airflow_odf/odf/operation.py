@@ -1,0 +1,221 @@
+"""One engine operation, as ingest and transform both run it: the operation's scratch folder, the SQL
+steps and declared schemas in the engine contract's form, the schema events of the engine's output, the
+staging of written slices and checkpoints for the commit, and the result a task reports.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.engine_client.contract import (
+    IngestResponse,
+    OutputSlice,
+    SqlStep,
+    schema_from_text,
+    schema_to_text,
+)
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.hashing.parquet_hashes import (
+    HashedParts,
+    KnownColumn,
+    parquet_hashes,
+    physical_hash_of_file,
+)
+from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, data_schema_to_arrow, strip_encoding
+from airflow_odf.odf.schema.ddl import parse_ddl_schema
+from airflow_odf.odf.schema.policy import schema_events_for
+from airflow_odf.odf.storage.local import fsync_path
+
+
+class IngestError(OdfError):
+    """The ingest was refused; nothing was committed. `kind` is the engine's or the core's reason."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class IngestResult:
+    dataset: str
+    dataset_id: str
+    prev_head: str | None
+    new_head: str | None
+    new_blocks: list[str] = field(default_factory=list)
+    records: int = 0
+    quarantined: int = 0
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.new_blocks
+
+    def as_dict(self) -> dict[str, Any]:
+        """The XCom / `--format json` form."""
+        return {
+            "dataset": self.dataset,
+            "dataset_id": self.dataset_id,
+            "prev_head": self.prev_head,
+            "new_head": self.new_head,
+            "new_blocks": list(self.new_blocks),
+            "records": self.records,
+            "up_to_date": self.up_to_date,
+        }
+
+
+class operation_dir:
+    """A fresh scratch directory for one engine run, removed afterwards whatever happens."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.path = work_dir / "operations" / uuid.uuid4().hex
+
+    def __enter__(self) -> Path:
+        self.path.mkdir(parents=True)
+        return self.path
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def read_schema_text(read: Any, alias: str) -> str | None:
+    """The read step's declared schema (`schema` or `ddlSchema`) as engine-contract text, if any."""
+    try:
+        if getattr(read, "schema", None) is not None:
+            return schema_to_text(data_schema_to_arrow(read.schema))
+        if getattr(read, "ddl_schema", None):
+            return schema_to_text(data_schema_to_arrow(parse_ddl_schema(read.ddl_schema)))
+    except OdfError as e:
+        raise IngestError("bad-schema", f"{alias}: read.schema: {e}") from None
+    return None
+
+
+def sql_steps(sql: model.TransformSql) -> list[SqlStep]:
+    """The SQL steps of a preprocess or transform, in the engine contract's form."""
+    if sql.queries:
+        return [SqlStep(q.query, q.alias) for q in sql.queries]
+    return [SqlStep(sql.query or "")]
+
+
+def local_object(dataset: Dataset, key: str, op_dir: Path) -> str:
+    """Where the engine reads an object: in place when it can (local disk, or a bucket the cluster
+    reads itself), else a copy staged in the operation's folder."""
+    direct = dataset.store.engine_uri(key)
+    if direct is not None:
+        return direct
+    path = op_dir / "objects" / key.replace("/", "_")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dataset.store.get_file(key, path)
+    return str(path)
+
+
+def response_schema(response: IngestResponse) -> model.DataSchema | None:
+    """The ODF schema of the engine's output (without Arrow encoding hints), if it reported one."""
+    if response.output_schema is None:
+        return None
+    return strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
+
+
+def schema_events(state: ChainState, response: IngestResponse, alias: str, policy: str) -> list[Any]:
+    """SetDataSchema when the dataset has none yet or `policy` lets the new data's schema evolve it;
+    raises SchemaEvolutionError when the new data does not fit (`schema_policy`)."""
+    slice_schema = response_schema(response)
+    if slice_schema is None:
+        return []
+    return list(
+        schema_events_for(
+            state.schema,
+            slice_schema,
+            policy=policy,
+            alias=alias,
+            has_no_nulls=lambda column: _no_nulls(response, column),
+        )
+    )
+
+
+def stage_slice(
+    written: OutputSlice,
+    known: Mapping[str, KnownColumn] | None = None,
+    parts: HashedParts | None = None,
+    *,
+    flush: bool = False,
+) -> tuple[model.DataSlice, StagedObject]:
+    """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`; `known`,
+    `parts`: columns hashed ahead (`parquet_hashes`). `flush`: the file will stay on this disk, so its
+    pages are written out while it is hashed (I/O under CPU work), and the commit's fsync finds them
+    there."""
+    path = Path(written.path)
+    with ThreadPoolExecutor(1, thread_name_prefix="odf-flush") as flusher:
+        flushed = flusher.submit(fsync_path, path) if flush else None
+        logical, physical = parquet_hashes(path, known, parts)
+        if flushed is not None:
+            flushed.result()
+    data_slice = model.DataSlice(
+        logical_hash=logical,
+        physical_hash=physical,
+        offset_interval=model.OffsetInterval(start=written.offset_start, end=written.offset_end),
+        size=path.stat().st_size,
+    )
+    return data_slice, StagedObject(f"data/{physical}", path)
+
+
+def stage_checkpoint(path: Path) -> tuple[model.Checkpoint, StagedObject]:
+    """The Checkpoint of a written file and its move into `checkpoints/`."""
+    checkpoint = model.Checkpoint(physical_hash=physical_hash_of_file(path), size=path.stat().st_size)
+    return checkpoint, StagedObject(f"checkpoints/{checkpoint.physical_hash}", path)
+
+
+def _no_nulls(response: IngestResponse, column: str) -> bool:
+    for written in response.slices:
+        meta = pq.ParquetFile(written.path).metadata
+        idx = meta.schema.to_arrow_schema().get_field_index(column)
+        for rg in range(meta.num_row_groups):
+            stats = meta.row_group(rg).column(idx).statistics
+            if stats is None or stats.null_count is None or stats.null_count > 0:
+                return False
+    return True
+
+
+def committed_with_extra(dataset: Dataset, alias: str, key: str, value: str) -> IngestResult | None:
+    """The result of an earlier commit whose AddData blocks carry `extra[key] == value`, else None.
+
+    A retried task uses this to tell that its first try's commit already landed (walks the chain from
+    the head). The SetDataSchema committed with the first AddData (same commit, same system time) is
+    part of that result, so the retry reports exactly what the first try would have.
+    """
+    marked: list[tuple[Multihash, model.MetadataBlock]] = []
+    for h, block in dataset.iter_blocks():
+        extra = getattr(block.event, "extra", None) or {}
+        schema_of_the_commit = (
+            marked
+            and isinstance(block.event, model.SetDataSchema)
+            and block.system_time == marked[-1][1].system_time
+        )
+        if extra.get(key) == value or schema_of_the_commit:
+            marked.append((h, block))
+        elif marked:
+            break
+    if not marked:
+        return None
+    state = dataset.state()
+    first = marked[-1][1]
+    prev = None if first.prev_block_hash is None else str(first.prev_block_hash)
+    records = 0
+    for _, block in marked:
+        data = getattr(block.event, "new_data", None)
+        if data is not None:
+            records += data.offset_interval.end - data.offset_interval.start + 1
+    new_blocks = [str(h) for h, _ in reversed(marked)]
+    result = IngestResult(alias, str(state.dataset_id), prev, str(marked[0][0]), new_blocks)
+    result.records = records
+    return result

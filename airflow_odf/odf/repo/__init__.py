@@ -1,0 +1,1 @@
+"""Repositories: datasets by alias and DID, the order of manifests, pull plans and schema migration."""

@@ -1,0 +1,126 @@
+"""Object stores: where a dataset's blocks, data, checkpoints and refs live.
+
+A store maps slash-separated keys (`blocks/<hash>`, `refs/head`, ...) to bytes. Every backend offers
+the same small interface so the same dataset code runs on a local disk, S3 or HTTP: get / put /
+exists / list / delete, and `compare_and_swap` for refs — the only mutable objects — so that two
+writers can never both move a head from the same old value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import BinaryIO
+
+from airflow_odf.odf.errors import OdfError
+
+
+class ObjectNotFoundError(OdfError, KeyError):
+    """The key does not exist in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "object not found"
+
+
+class ConflictError(OdfError):
+    """A compare-and-swap found another value than expected: someone else moved the ref first."""
+
+
+class InvalidKeyError(OdfError, ValueError):
+    """A key that could escape the store (`..`, absolute paths, empty parts)."""
+
+
+def check_key(key: str) -> str:
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in key:
+        raise InvalidKeyError(f"invalid object key {key!r}")
+    return key
+
+
+class ObjectStore(ABC):
+    """Key -> bytes storage with an atomic compare-and-swap for refs."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes: ...
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Writes atomically: readers see the old object or the new one, never a part."""
+
+    def put_many(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Stores several small objects (e.g. received blocks): each atomically, all durable on return."""
+        for key, data in items:
+            self.put(key, data)
+
+    @abstractmethod
+    def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
+        """Stores a local file's content under `key` (moving it when allowed and possible)."""
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.size(key)
+        except ObjectNotFoundError:
+            return False
+        return True
+
+    @abstractmethod
+    def size(self, key: str) -> int: ...
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[str]:
+        """Keys directly under `prefix/` (not recursive), in no particular order."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    def compare_and_swap(self, key: str, expected: bytes | None, new: bytes | None) -> None:
+        """Sets `key` to `new` (None deletes) only if its value is `expected` (None = absent)."""
+
+    def get_or_none(self, key: str) -> bytes | None:
+        try:
+            return self.get(key)
+        except ObjectNotFoundError:
+            return None
+
+    def local_path(self, key: str) -> Path | None:
+        """A path readers may open directly (for Spark), when the store is on the local disk."""
+        return None
+
+    def engine_uri(self, key: str) -> str | None:
+        """Where an engine may read the object in place (a local path, or e.g. `s3a://` on a cluster
+        configured for it); None: the object must be staged on the local disk first."""
+        path = self.local_path(key)
+        return None if path is None else str(path)
+
+    def child(self, prefix: str) -> ObjectStore:
+        """The store of the keys under `prefix/` (a repository's datasets live in sub-stores)."""
+        raise OdfError(f"{self!r} cannot open sub-stores")
+
+    def get_file(self, key: str, target: Path) -> None:
+        """Copies an object to a local file, all or nothing; remote backends stream big objects."""
+        data = self.get(key)
+        with writing_atomically(target) as f:
+            f.write(data)
+
+
+@contextlib.contextmanager
+def writing_atomically(target: Path) -> Iterator[BinaryIO]:
+    """A temp file next to `target` that replaces it only when the block ends without an error, so
+    an interrupted download never leaves a partial file under the final name."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{target.name}-", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,150 @@
+"""Repository URLs -> object stores: `file://` / plain paths, `s3://`, `s3+http(s)://` and `http(s)://`.
+
+A remote dataset lives at `<repository url>/<dataset name>/`: build its URL with `join_url` and open
+it with `open_store`, so each backend gets its sub-prefix the same way. The S3 backend (and boto3) is
+imported only when an S3 URL is opened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.storage.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpObjectStore, redact_url
+from airflow_odf.odf.storage.local import LocalObjectStore
+from airflow_odf.odf.storage.store import ObjectStore
+
+SUPPORTED_SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
+
+
+class StoreUrlError(OdfError, ValueError):
+    """A repository URL that names no store this provider can open."""
+
+
+@dataclass(frozen=True)
+class StoreCredentials:
+    """How to reach a remote store; every field is optional (None = default chain / environment).
+    Secrets are left out of `repr` so they never end up in logs."""
+
+    aws_access_key_id: str | None = None
+    aws_secret_access_key: str | None = field(default=None, repr=False)
+    aws_session_token: str | None = field(default=None, repr=False)
+    region: str | None = None
+    endpoint_url: str | None = None
+    bearer_token: str | None = field(default=None, repr=False)
+    http_timeout: float | None = None
+    http_retries: int | None = None
+    engine_scheme: str | None = None  # e.g. "s3a": the Spark cluster reads the bucket itself
+
+
+def _scheme(url: str) -> str | None:
+    """The URL scheme, or None for a plain local path (no `://`)."""
+    if "://" not in url:
+        return None
+    return url.split("://", 1)[0].lower()
+
+
+def open_store(url: str, *, credentials: StoreCredentials | None = None) -> ObjectStore:
+    """The store a repository or dataset URL points to.
+
+    - `file:///abs/path` or a plain path: a local directory;
+    - `s3://bucket/prefix`: S3, endpoint from `credentials.endpoint_url` or the environment
+      (`AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`, read by boto3) or AWS itself;
+    - `s3+http://host:port/bucket/prefix`, `s3+https://...`: an S3-compatible store at that endpoint
+      (kamu's URL form for MinIO-style stores; path-style addressing);
+    - `http(s)://host/path`: read-only HTTP (the simple transfer protocol's pull side).
+    """
+    creds = credentials or StoreCredentials()
+    scheme = _scheme(url)
+    if scheme is None:
+        if not url.strip():
+            raise StoreUrlError("empty repository URL")
+        return LocalObjectStore(Path(url).expanduser())
+    parts = urlsplit(url)
+    if scheme not in SUPPORTED_SCHEMES:
+        raise StoreUrlError(
+            f"unsupported repository URL scheme {scheme!r} in {redact_url(url)}; supported: "
+            + ", ".join(f"{s}://" for s in SUPPORTED_SCHEMES)
+            + " and plain local paths"
+        )
+    if parts.query or parts.fragment:
+        raise StoreUrlError(f"repository URLs take no query or fragment: {redact_url(url)}")
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise StoreUrlError(f"file URLs need an absolute path (file:///path), got {redact_url(url)}")
+        path = unquote(parts.path)
+        if not path.startswith("/"):
+            raise StoreUrlError(f"file URLs need an absolute path (file:///path), got {redact_url(url)}")
+        return LocalObjectStore(Path(path))
+    if scheme in ("http", "https"):
+        if not parts.hostname:
+            raise StoreUrlError(f"HTTP repository URL without a host: {redact_url(url)}")
+        if parts.username is not None or parts.password is not None:
+            raise StoreUrlError(
+                f"put credentials in the connection (bearer token), not the URL: {redact_url(url)}"
+            )
+        return HttpObjectStore(
+            url,
+            bearer_token=creds.bearer_token,
+            timeout=creds.http_timeout if creds.http_timeout is not None else DEFAULT_TIMEOUT,
+            retries=creds.http_retries if creds.http_retries is not None else DEFAULT_RETRIES,
+        )
+    return _open_s3(url, scheme, creds)
+
+
+def _open_s3(url: str, scheme: str, creds: StoreCredentials) -> ObjectStore:
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise StoreUrlError(f"put S3 keys in the connection, not the URL: {redact_url(url)}")
+    path = unquote(parts.path).strip("/")
+    if scheme == "s3":
+        bucket, prefix = unquote(parts.netloc), path
+        endpoint = creds.endpoint_url  # None: boto3 reads AWS_ENDPOINT_URL(_S3) or uses AWS
+        path_style = None
+        if not bucket:
+            raise StoreUrlError(f"S3 URL without a bucket: {url} (expected s3://bucket/prefix)")
+    else:
+        if not parts.hostname:
+            raise StoreUrlError(f"S3 URL without an endpoint host: {url}")
+        endpoint = f"{scheme.removeprefix('s3+')}://{parts.netloc}"
+        bucket, _, prefix = path.partition("/")
+        path_style = True
+        if not bucket:
+            raise StoreUrlError(
+                f"S3 URL without a bucket: {url} (expected {scheme}://host:port/bucket/prefix)"
+            )
+    from airflow_odf.odf.storage.s3 import S3ObjectStore
+
+    return S3ObjectStore(
+        bucket,
+        prefix,
+        endpoint_url=endpoint,
+        region=creds.region,
+        aws_access_key_id=creds.aws_access_key_id,
+        aws_secret_access_key=creds.aws_secret_access_key,
+        aws_session_token=creds.aws_session_token,
+        path_style=path_style,
+        timeout=creds.http_timeout,
+        retries=creds.http_retries,
+        engine_scheme=creds.engine_scheme,
+    )
+
+
+def join_url(base: str, *parts: str) -> str:
+    """`base` with path segments appended (`join_url("s3://b/repo", "ds")` -> `s3://b/repo/ds`).
+    Segments are single names: no `/`, `.`, `..` or empty ones (they could escape the repository)."""
+    for part in parts:
+        if not part or part in (".", "..") or "/" in part or "\\" in part:
+            raise StoreUrlError(f"invalid path segment {part!r} to join to {redact_url(base)}")
+    if not parts:
+        return base
+    if _scheme(base) is None:
+        return str(PurePosixPath(base, *parts))
+    split = urlsplit(base)
+    path = "/".join([split.path.rstrip("/"), *(quote(p, safe="") for p in parts)])
+    return urlunsplit(split._replace(path=path))
+
+
+__all__ = ["SUPPORTED_SCHEMES", "StoreCredentials", "StoreUrlError", "join_url", "open_store"]

@@ -1,0 +1,326 @@
+"""Derivative-dataset transforms, coordinator side: plan, run the engine per batch, commit.
+
+Each batch of the plan (`transform_plan`) becomes one engine request — the SQL of the SetTransform over
+each input's records in the planned offset range — and one ExecuteTransform block naming exactly the
+input blocks it consumed, preceded by SetDataSchema the first time. The output watermark is the minimum
+of the inputs' watermarks as of the consumed blocks (inputs without any are left out, as the reference's
+DataFusion engine does); the checkpoint records each input's watermark (`transform_checkpoint`).
+Nothing is committed when the engine refuses the query or its output. When an input diverged and
+recovery was asked for, the derivative's history is rebuilt without its ExecuteTransforms in the same
+head move as the first re-processed batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.engine_client.contract import (
+    IngestResponse,
+    TransformInputSpec,
+    TransformRequest,
+    Vocab,
+    schema_to_text,
+)
+from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import DatasetId, Multihash
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.hashing.hash_ahead import HashAhead
+from airflow_odf.odf.operation import (
+    IngestError,
+    IngestResult,
+    local_object,
+    operation_dir,
+    schema_events,
+    sql_steps,
+    stage_checkpoint,
+    stage_slice,
+)
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
+from airflow_odf.odf.schema.evolution import odf_schema
+from airflow_odf.odf.schema.policy import STRICT
+from airflow_odf.odf.storage.store import ObjectNotFoundError
+from airflow_odf.odf.transform.checkpoint import read_checkpoint, write_checkpoint
+from airflow_odf.odf.transform.plan import PlannedInput, TransformBatch, TransformPlanError, plan_transform
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TransformOptions:
+    """How to transform: scratch space, inputs pinned to given heads, the batch size, whether an input
+    that diverged (was reset or compacted) makes the derivative re-process everything from scratch, and
+    whether the output may evolve the schema (`schema_policy`: strict or additive).
+    """
+
+    work_dir: Path
+    pinned_heads: Mapping[str, Any] | None = None
+    max_input_records: int | None = None
+    recover_diverged: bool = False
+    schema_policy: str = STRICT
+    log: Callable[[str], None] = _log.info
+
+
+def run_transform(
+    repo: Repository,
+    name: str,
+    runner: EngineRunner,
+    options: TransformOptions,
+    *,
+    system_time: Timestamp | None = None,
+) -> IngestResult:
+    """Brings a derivative dataset up to date with its inputs (or their pinned heads), batch by batch."""
+    dataset = repo.dataset(name)
+    state = dataset.state()
+    head = None if state.head is None else str(state.head)
+    result = IngestResult(name, str(state.dataset_id), head, head)
+    plan = plan_transform(
+        repo,
+        dataset,
+        pinned_heads=options.pinned_heads,
+        max_input_records=options.max_input_records,
+        recover_from_scratch=options.recover_diverged,
+    )
+    if plan.up_to_date:
+        options.log(f"{name}: up to date ({plan.reason})" if plan.reason else f"{name}: up to date")
+        return result
+    rebuild = plan.from_scratch
+    if rebuild:
+        options.log(f"{name}: {plan.reason}; the derivative's own data is reset")
+    for batch in plan.batches:
+        _run_batch(
+            repo, dataset, name, batch, runner, options, result, system_time=system_time, rebuild=rebuild
+        )
+        rebuild = False
+    return result
+
+
+@dataclass(frozen=True)
+class BatchOutput:
+    """What one batch produced: the events to commit and the objects they reference."""
+
+    events: list[Any]
+    objects: list[StagedObject]
+    num_records: int
+
+    @property
+    def execute_transform(self) -> model.ExecuteTransform:
+        event = self.events[-1]
+        assert isinstance(event, model.ExecuteTransform)
+        return event
+
+
+def execute_batch(
+    repo: Repository,
+    state: ChainState,
+    name: str,
+    batch: TransformBatch,
+    runner: EngineRunner,
+    op_dir: Path,
+    system_time: Timestamp,
+    schema_policy: str = STRICT,
+    *,
+    to_commit: bool = False,
+) -> BatchOutput:
+    """Runs one batch on the engine against the derivative's `state` (as of before the batch).
+
+    Shared by transforms (`to_commit`: the output goes into the dataset) and by reproducibility
+    verification, which replays recorded batches.
+    """
+    dataset = repo.dataset_by_id(state.dataset_id) if state.dataset_id is not None else None
+    vocab = Vocab.of(state.vocab)
+    with HashAhead(
+        offset=vocab.offset_column,
+        op=vocab.operation_type_column,
+        system_time=vocab.system_time_column,
+        next_offset=_next_offset(state),
+        time=system_time,
+        max_rows=batch.num_records,
+        parts_dir=_parts_ready_dir(op_dir),
+    ) as ahead:
+        response = run_engine(repo, state, name, batch, runner, op_dir, system_time)
+    events: list[Any] = schema_events(state, response, name, schema_policy)
+    objects: list[StagedObject] = []
+    new_data = None
+    if response.slices:
+        [written] = response.slices
+        flush = to_commit and dataset is not None and dataset.on_local_disk
+        new_data, staged = stage_slice(written, ahead.columns, ahead.parts, flush=flush)
+        objects.append(staged)
+    watermarks = _input_watermarks(repo, dataset, state, batch)
+    new_checkpoint = None
+    if watermarks:
+        path = op_dir / "checkpoint.tar"
+        write_checkpoint(watermarks, path)
+        new_checkpoint, staged = stage_checkpoint(path)
+        objects.append(staged)
+    watermark = min(watermarks.values()) if watermarks else None
+    if state.watermark is not None and (watermark is None or watermark < state.watermark):
+        watermark = state.watermark  # never moves back, never disappears
+    events.append(
+        model.ExecuteTransform(
+            query_inputs=batch.execute_inputs(),
+            prev_checkpoint=state.checkpoint.physical_hash if state.checkpoint else None,
+            prev_offset=state.last_offset,
+            new_data=new_data,
+            new_checkpoint=new_checkpoint,
+            new_watermark=watermark,
+        )
+    )
+    return BatchOutput(events, objects, response.num_records)
+
+
+def _parts_ready_dir(op_dir: Path) -> Path:
+    """Where the engine publishes the output's part files while it writes them (`parts_ahead`)."""
+    return op_dir / "parts-ready"
+
+
+def run_engine(
+    repo: Repository,
+    state: ChainState,
+    name: str,
+    batch: TransformBatch,
+    runner: EngineRunner,
+    op_dir: Path,
+    system_time: Timestamp,
+) -> IngestResponse:
+    """The engine's response to the SetTransform of `state` over the batch; raises on its errors."""
+    assert state.transform is not None
+    request = TransformRequest(
+        operation_id=op_dir.name,
+        dataset_id=str(state.dataset_id),
+        dataset_alias=name,
+        system_time=system_time.isoformat(),
+        next_offset=_next_offset(state),
+        queries=sql_steps(state.transform.transform),
+        inputs=[request_input(repo, planned, op_dir) for planned in batch.inputs],
+        out_dir=str(op_dir / "out"),
+        parts_ready_dir=str(_parts_ready_dir(op_dir)),
+        vocab=Vocab.of(state.vocab),
+    )
+    response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
+    if response.error is not None:
+        raise IngestError(response.error.kind, f"{name}: {response.error.message}")
+    return response
+
+
+def _next_offset(state: ChainState) -> int:
+    return 0 if state.last_offset is None else state.last_offset + 1
+
+
+def request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:
+    """One input of an engine request: its schema, its slice files (local copies) and offset range."""
+    source = repo.dataset_by_id(planned.dataset_id)
+    interval = planned.offset_interval
+    if planned.schema is None:
+        raise TransformPlanError(f"input {planned.alias!r} has no schema")
+    return TransformInputSpec(
+        alias=planned.alias,
+        dataset_id=str(planned.dataset_id),
+        schema=schema_to_text(data_schema_to_arrow(odf_schema(planned.schema))),
+        data_paths=[local_object(source, f"data/{s.physical_hash}", op_dir) for s in planned.slices],
+        offset_start=None if interval is None else interval.start,
+        offset_end=None if interval is None else interval.end,
+        vocab=Vocab.of(planned.vocab),
+    )
+
+
+def _previous_watermarks(dataset: Dataset | None, state: ChainState) -> dict[DatasetId, Timestamp] | None:
+    """The inputs' watermarks from the previous checkpoint; None when there is no readable one."""
+    if dataset is None or state.checkpoint is None:
+        return None
+    try:
+        data = dataset.store.get(f"checkpoints/{state.checkpoint.physical_hash}")
+    except ObjectNotFoundError:
+        return None
+    return read_checkpoint(data)
+
+
+def _input_watermarks(
+    repo: Repository, dataset: Dataset | None, state: ChainState, batch: TransformBatch
+) -> dict[DatasetId, Timestamp]:
+    """Each input's watermark as of the last block the batch consumes (inputs with none left out).
+
+    The batch's own explicit watermarks, else the previous checkpoint's; only when a previous run left
+    no readable checkpoint (another engine's, or none) is the input's chain walked back for it.
+    """
+    previous = _previous_watermarks(dataset, state)
+    out: dict[DatasetId, Timestamp] = {}
+    for planned in batch.inputs:
+        watermark: Timestamp | None
+        if planned.explicit_watermarks:
+            watermark = max(w.event_time for w in planned.explicit_watermarks)
+        elif previous is not None:
+            watermark = previous.get(planned.dataset_id)
+        elif planned.prev_block_hash is not None:
+            watermark = _walk_watermark(repo, planned.dataset_id, planned.prev_block_hash)
+        else:
+            watermark = None
+        if watermark is not None:
+            out[planned.dataset_id] = watermark
+    return out
+
+
+def _walk_watermark(repo: Repository, dataset_id: DatasetId, start: Multihash) -> Timestamp | None:
+    for _, block in repo.dataset_by_id(dataset_id).iter_blocks(start):
+        event = block.event
+        if isinstance(event, model.AddData | model.ExecuteTransform) and event.new_watermark is not None:
+            return event.new_watermark
+    return None
+
+
+def _metadata_only(dataset: Dataset) -> tuple[list[Any], Multihash]:
+    """The derivative's events without its ExecuteTransforms (oldest first), and its Seed's hash."""
+    blocks = list(dataset.iter_blocks())
+    seed_hash, _ = blocks[-1]
+    kept = [b.event for _, b in reversed(blocks[:-1]) if not isinstance(b.event, model.ExecuteTransform)]
+    return kept, seed_hash
+
+
+def _run_batch(
+    repo: Repository,
+    dataset: Dataset,
+    name: str,
+    batch: TransformBatch,
+    runner: EngineRunner,
+    options: TransformOptions,
+    result: IngestResult,
+    *,
+    system_time: Timestamp | None,
+    rebuild: bool,
+) -> None:
+    state = dataset.state()
+    head = state.head
+    system_time = system_time or Timestamp.now()
+    if state.system_time is not None and system_time < state.system_time:
+        system_time = state.system_time
+    kept: list[Any] = []
+    onto = None
+    if rebuild:  # the state the metadata-only chain will have: no data, offsets, checkpoint or watermark
+        kept, onto = _metadata_only(dataset)
+        state = dataclasses.replace(
+            state, last_offset=None, checkpoint=None, watermark=None, transform_inputs={}
+        )
+    with operation_dir(options.work_dir) as op_dir:
+        output = execute_batch(
+            repo, state, name, batch, runner, op_dir, system_time, options.schema_policy, to_commit=True
+        )
+        commit = dataset.commit(
+            kept + output.events,
+            system_time=system_time,
+            expected_head=head,
+            objects=output.objects,
+            onto=onto,
+        )
+    result.new_head = str(commit.new_head)
+    result.new_blocks += [str(h) for h in commit.new_blocks]
+    result.records += output.num_records
+    options.log(f"{name}: committed {len(commit.new_blocks)} block(s), {output.num_records} record(s)")

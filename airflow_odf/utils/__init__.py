@@ -1,0 +1,1 @@
+"""Neutral helpers that both the core and the engine may use (no ODF, Airflow or Spark imports)."""
