@@ -49,9 +49,10 @@ def _render(schema: model.DataSchema, fmt: str, name: str) -> str:
 def _spark_tree(arrow: Any, name: str) -> str:
     """The Spark schema the engine works with, and every recorded widening (pyspark loaded, no JVM)."""
     from airflow_odf.engine.errors import EngineInputError
-    from airflow_odf.engine.spark_types import Widening, arrow_to_spark
+    from airflow_odf.engine.spark_types import arrow_to_spark
+    from airflow_odf.utils.engine_json import TypeWidening
 
-    widenings: list[Widening] = []
+    widenings: list[TypeWidening] = []
     try:
         struct = arrow_to_spark(arrow, widenings)
     except EngineInputError as e:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import os
 from datetime import datetime, timezone
 from typing import Any
@@ -22,8 +23,9 @@ from pyspark.sql import SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.ingest_job import arrow_schema, ingest_output, read_inputs
-from airflow_odf.engine.spark_types import Widening, arrow_to_spark, spark_to_arrow
+from airflow_odf.engine.spark_types import arrow_to_spark, spark_to_arrow
 from airflow_odf.engine.writer import Vocabulary
+from airflow_odf.utils.engine_json import TypeWidening
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the system time does not change the schema
 
@@ -47,13 +49,13 @@ def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     schema = spark_to_arrow(output.schema)
     return {
         "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
-        "widenings": [w.__dict__ for w in widenings],
+        "widenings": [dataclasses.asdict(w) for w in widenings],
     }
 
 
-def _source_widenings(request: dict[str, Any], read_schema: pa.Schema | None) -> list[Widening]:
+def _source_widenings(request: dict[str, Any], read_schema: pa.Schema | None) -> list[TypeWidening]:
     """What Spark holds coarser than declared: the read schema's columns, else a Parquet sample's."""
-    widenings: list[Widening] = []
+    widenings: list[TypeWidening] = []
     if read_schema is not None:
         arrow_to_spark(read_schema, widenings)
     elif request["read"].get("kind") == "Parquet":
@@ -68,8 +70,8 @@ def _source_widenings(request: dict[str, Any], read_schema: pa.Schema | None) ->
     return widenings
 
 
-def _file_widenings(path: str) -> list[Widening]:
-    widenings: list[Widening] = []
+def _file_widenings(path: str) -> list[TypeWidening]:
+    widenings: list[TypeWidening] = []
     try:
         schema = pq.read_schema(path)
     except (OSError, pa.ArrowException):

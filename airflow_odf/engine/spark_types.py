@@ -23,7 +23,7 @@ it came by:
 
 A widening that changes the logical (ODF) type of what is finally written — not only the Arrow encoding:
 large / view / run-end / dictionary layouts and date64 are encodings — is recorded: pass a list as
-`widenings` and each one is appended as a `Widening` naming the column, so a caller can report it
+`widenings` and each one is appended as a `TypeWidening` naming the column, so a caller can report it
 (`odf schema infer` does).
 Everything else (time, duration, interval, union, decimal with precision > 38, extension types, ...) raises
 `EngineInputError("unsupported")` naming the field: a silent cast to string would change the data.
@@ -32,29 +32,16 @@ Everything else (time, duration, interval, union, decimal with precision > 38, e
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import pyarrow as pa
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.utils.engine_json import TypeWidening
 
 _MAX_DECIMAL_PRECISION = 38
 _UTC_ZONES = ("UTC", "+00:00", "Etc/UTC", "Z")
 _UNSIGNED = "Spark has no unsigned integers: widened to the next signed type that holds every value"
-
-
-@dataclass(frozen=True)
-class Widening:
-    """A column whose Arrow type Spark holds as a coarser type: what was given, what Spark holds, and why."""
-
-    column: str
-    arrow_type: str
-    spark_type: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.column}: {self.arrow_type} -> {self.spark_type} ({self.reason})"
 
 
 #: (matches, Spark type, why the logical type changes — None when Spark holds it exactly).
@@ -109,7 +96,7 @@ _SPARK_TO_ARROW_ATOMIC: dict[type, pa.DataType] = {
 }
 
 
-def arrow_to_spark(schema: pa.Schema, widenings: list[Widening] | None = None) -> T.StructType:
+def arrow_to_spark(schema: pa.Schema, widenings: list[TypeWidening] | None = None) -> T.StructType:
     """The Spark struct for an Arrow schema, widening where Spark has no equal type (see module doc).
 
     Each widening that changes a column's logical type is appended to `widenings` when a list is given.
@@ -123,18 +110,18 @@ def spark_to_arrow(struct: T.StructType) -> pa.Schema:
     return pa.schema([_spark_field_to_arrow(f, f.name) for f in struct.fields])
 
 
-def _arrow_field_to_spark(field: pa.Field, path: str, widenings: list[Widening]) -> T.StructField:
+def _arrow_field_to_spark(field: pa.Field, path: str, widenings: list[TypeWidening]) -> T.StructField:
     return T.StructField(field.name, _arrow_type_to_spark(field.type, path, widenings), field.nullable)
 
 
 def _widened(
-    widenings: list[Widening], path: str, t: pa.DataType, spark_type: T.DataType, reason: str
+    widenings: list[TypeWidening], path: str, t: pa.DataType, spark_type: T.DataType, reason: str
 ) -> T.DataType:
-    widenings.append(Widening(path, str(t), spark_type.simpleString(), reason))
+    widenings.append(TypeWidening(path, str(t), spark_type.simpleString(), reason))
     return spark_type
 
 
-def _timestamp_to_spark(t: pa.TimestampType, path: str, widenings: list[Widening]) -> T.DataType:
+def _timestamp_to_spark(t: pa.TimestampType, path: str, widenings: list[TypeWidening]) -> T.DataType:
     """With a zone: an instant, written as ms UTC (ODF conf); without: a local time, kept in microseconds."""
     reasons = []
     if t.tz is None:
@@ -158,7 +145,7 @@ def _timestamp_to_spark(t: pa.TimestampType, path: str, widenings: list[Widening
     return spark_type
 
 
-def _arrow_type_to_spark(t: pa.DataType, path: str, widenings: list[Widening]) -> T.DataType:
+def _arrow_type_to_spark(t: pa.DataType, path: str, widenings: list[TypeWidening]) -> T.DataType:
     for matches, spark_type, widening in _ARROW_TO_SPARK_ATOMIC:
         if matches(t):
             return spark_type if widening is None else _widened(widenings, path, t, spark_type, widening)

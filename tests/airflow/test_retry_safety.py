@@ -147,7 +147,7 @@ CHILD = textwrap.dedent(
     kill_alias, mode = sys.argv[1], sys.argv[2]
 
     if kill_alias:
-        from airflow_odf.odf.storage.store import LocalObjectStore
+        from airflow_odf.odf.storage.local import LocalObjectStore
 
         original = LocalObjectStore.compare_and_swap
 

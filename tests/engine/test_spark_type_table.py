@@ -23,9 +23,10 @@ from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.readers import read_input
-from airflow_odf.engine.spark_types import Widening, arrow_to_spark, spark_to_arrow
+from airflow_odf.engine.spark_types import arrow_to_spark, spark_to_arrow
 from airflow_odf.odf.format import model as m
 from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, strip_encoding
+from airflow_odf.utils.engine_json import TypeWidening
 
 UTC = dt.timezone.utc
 WHEN = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
@@ -136,7 +137,7 @@ def _name(i: int) -> str:
 
 
 def test_arrow_to_spark_and_the_recorded_widenings() -> None:
-    widenings: list[Widening] = []
+    widenings: list[TypeWidening] = []
     schema = pa.schema([pa.field(_name(i), r.arrow, r.nullable) for i, r in enumerate(ROWS)])
     struct = arrow_to_spark(schema, widenings)
     assert [f.dataType for f in struct.fields] == [r.spark for r in ROWS]
@@ -230,7 +231,7 @@ def test_spark_to_odf_and_back(spark_type: T.DataType, odf_type: Any) -> None:
     recorded = strip_encoding(data_schema_from_arrow(arrow)).fields[0].type
     expected = m.DataTypeOption(inner=odf_type) if isinstance(spark_type, T.NullType) else odf_type
     assert recorded == expected  # (pyarrow's Null is always nullable)
-    widenings: list[Widening] = []
+    widenings: list[TypeWidening] = []
     back = arrow_to_spark(arrow, widenings)["c"].dataType
     exact = not isinstance(spark_type, T.CharType | T.VarcharType)  # char/varchar are strings in Parquet
     assert back == (spark_type if exact else T.StringType()) and widenings == []

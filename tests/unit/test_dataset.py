@@ -519,7 +519,7 @@ CRASHING_COMMIT = textwrap.dedent(
     from airflow_odf.odf.format import model
     from airflow_odf.odf.chain.dataset import Dataset, StagedObject
     from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
-    from airflow_odf.odf.storage.store import LocalObjectStore
+    from airflow_odf.odf.storage.local import LocalObjectStore
     from airflow_odf.odf.format.timestamps import Timestamp
 
     root, point, src = sys.argv[1], sys.argv[2], Path(sys.argv[3])
@@ -669,7 +669,8 @@ WRITER = textwrap.dedent(
     from pathlib import Path
     from airflow_odf.odf.format import model
     from airflow_odf.odf.chain.dataset import Dataset
-    from airflow_odf.odf.storage.store import ConflictError, LocalObjectStore
+    from airflow_odf.odf.storage.local import LocalObjectStore
+    from airflow_odf.odf.storage.store import ConflictError
 
     root, tag, out, go, attempts = sys.argv[1], sys.argv[2], sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
     ds = Dataset(LocalObjectStore(root))

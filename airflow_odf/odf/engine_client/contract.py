@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
+from airflow_odf.utils.engine_json import TypeWidening
 
 CONTRACT_VERSION = 1
 BAD_RECORDS_FAIL = "fail"
@@ -171,19 +172,6 @@ class InferRequest:
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), indent=1)
-
-
-@dataclass
-class TypeWidening:
-    """A column the engine holds as a coarser type than its source gives (e.g. uint8 -> short)."""
-
-    column: str
-    arrow_type: str
-    spark_type: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.column}: {self.arrow_type} -> {self.spark_type} ({self.reason})"
 
 
 @dataclass

@@ -24,6 +24,7 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import union_to_plain
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.sources import Source
 from airflow_odf.odf.operation import (
     IngestError,
     IngestResult,
@@ -49,14 +50,6 @@ class Run:
     runner: EngineRunner
     options: IngestOptions
     result: IngestResult
-
-
-@dataclass(frozen=True)
-class Source:
-    name: str
-    read: Any
-    preprocess: model.TransformSql | None
-    merge: Any
 
 
 def new_result(alias: str, state: ChainState) -> IngestResult:

@@ -10,9 +10,10 @@ from airflow_odf.odf.engine_client.contract import InputFile
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
-from airflow_odf.odf.ingest.iteration import Run, Source, new_result, root_state, run_and_commit
+from airflow_odf.odf.ingest.iteration import Run, new_result, root_state, run_and_commit
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.prepare import prepare
+from airflow_odf.odf.ingest.sources import Source
 from airflow_odf.odf.operation import IngestError, IngestResult, operation_dir
 
 
@@ -66,7 +67,7 @@ def pull_polling(
                     )
                     for f in fetched.files
                 ]
-                src = Source("default", source.read, source.preprocess, source.merge)
+                src = Source.polling(source)
                 state = run_and_commit(run, state, src, inputs, fetched.new_source_state, now, op_dir)
         finally:
             for f in fetched.files:  # downloads, not the user's own files (file://, FilesGlob)

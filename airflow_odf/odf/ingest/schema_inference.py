@@ -15,7 +15,6 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.rules import ChainState
@@ -34,6 +33,7 @@ from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
 from airflow_odf.odf.ingest.options import SHELL_STEPS_ENV
 from airflow_odf.odf.ingest.prepare import prepare
+from airflow_odf.odf.ingest.sources import Source, push_source
 from airflow_odf.odf.operation import IngestError, operation_dir, read_schema_text, sql_steps
 from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, strip_encoding
 from airflow_odf.odf.schema.evolution import SchemaChange, diff_schemas, odf_schema
@@ -68,39 +68,18 @@ class InferResult:
     new_head: str | None = None
 
 
-@dataclass(frozen=True)
-class _Source:
-    name: str
-    read: Any
-    preprocess: model.TransformSql | None
-    merge: Any
-    prepare: list[model.PrepStep]
-    fetch: model.FetchStep | None  # None: a push source
-
-
-def _source(state: ChainState, alias: str, source_name: str | None, with_files: bool) -> _Source:
-    """The polling source, or the named (or only) push source."""
+def _source(state: ChainState, alias: str, source_name: str | None, with_files: bool) -> Source:
+    """The polling source (unless sample files are given for a push source), or the named (or only)
+    push source."""
     polling, pushes = state.polling_source, state.push_sources
     if source_name is None and polling is not None and (not with_files or not pushes):
-        return _Source(
-            "default", polling.read, polling.preprocess, polling.merge, polling.prepare or [], polling.fetch
-        )
-    if source_name is not None and source_name not in pushes:
-        known = ", ".join(sorted(pushes)) or "none"
-        raise SchemaInferenceError(
-            "no-source", f"{alias} has no push source {source_name!r} (push sources: {known})"
-        )
-    if source_name is None:
-        if not pushes:
-            raise SchemaInferenceError(
-                "no-source", f"{alias} has no source (SetPollingSource or AddPushSource)"
-            )
-        if len(pushes) > 1:
-            names = ", ".join(sorted(pushes))
-            raise SchemaInferenceError("no-source", f"{alias} has several push sources ({names}): name one")
-        source_name = next(iter(pushes))
-    push = pushes[source_name]
-    return _Source(push.source_name, push.read, push.preprocess, push.merge, [], None)
+        return Source.polling(polling)
+    if source_name is None and not pushes:
+        raise SchemaInferenceError("no-source", f"{alias} has no source (SetPollingSource or AddPushSource)")
+    try:
+        return push_source(state, alias, source_name)
+    except IngestError as e:
+        raise SchemaInferenceError(e.kind, str(e)) from None
 
 
 def infer_schema(
@@ -159,7 +138,7 @@ def infer_schema(
 
 
 def _sample(
-    source: _Source, files: Sequence[Path], alias: str, options: InferOptions, op_dir: Path, now: Timestamp
+    source: Source, files: Sequence[Path], alias: str, options: InferOptions, op_dir: Path, now: Timestamp
 ) -> list[InputFile]:
     """The sample's input files: the given ones, else the source's first batch, prepared like an ingest."""
     sample = [(Path(os.path.abspath(p)), now) for p in files]
