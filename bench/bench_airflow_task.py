@@ -9,8 +9,9 @@ same Spark settings (`spark.ui.enabled=false`):
 
 - `odf` — the measured task: `OdfPushIngestOperator` (engine `spark-submit`) pushing a 3-row CSV into a
   root dataset: connections, repository, the engine request, a spark-submit of our job with the package
-  as `--py-files` and the fast-start JVM options (class archive, client JIT; `engine_start.py`), read /
-  offsets / Parquet in Spark, both hashes, the commit, XCom and the asset event;
+  as `--py-files` and the fast-start JVM options (class archive, client JIT;
+  `airflow_odf/odf/engine_client/fast_start.py`), read / offsets / Parquet in Spark, both hashes, the
+  commit, XCom and the asset event;
 - `odf_plain` — the same task with `[odf] engine_fast_start = False` (the JVM as Spark starts it);
 - `empty` — the baseline of the target: `SparkSubmitOperator` running an empty PySpark job (a session
   started and stopped, no Spark action);

@@ -1,5 +1,5 @@
 """The data commands of `odf`: `pull` (one dataset or a whole pipeline, or a remote dataset: see
-cli_sync), `ingest` (push), `transform` and `tail`.
+`cli.sync`), `ingest` (push), `transform` and `tail`.
 
 The engine is the in-process local Spark (default) or `spark-submit` (`--engine spark-submit --master
 URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER.

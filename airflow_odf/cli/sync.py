@@ -110,7 +110,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
 
 def add_pull_options(p: argparse.ArgumentParser) -> None:
-    """The remote options of `odf pull` (the command itself is in cli_ingest)."""
+    """The remote options of `odf pull` (the command itself is in `cli.data`)."""
     p.add_argument("--as", dest="as_name", metavar="NAME", help="the local name of a remote dataset")
     p.add_argument("--force", action="store_true", help="remote pull: replace a local history that diverged")
     p.add_argument("--no-alias", action="store_true", help="remote pull: do not remember the URL")

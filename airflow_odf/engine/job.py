@@ -1,4 +1,5 @@
-"""The engine job: one request (ingest, or transform: see transform_job) in, one response out.
+"""The engine job: one request in, one response out, the request handed to the handler of its kind
+(ingest_job, transform_job, infer_job).
 
 Runs in-process on a local SparkSession (`run_request`) or as the application of `spark-submit`
 (`python job.py --request R --response S`, the pair repeated to answer several requests on one JVM, as

@@ -1,4 +1,4 @@
-"""Property tests of the ODF core: generic strategies for every model class, built from `model_schema`.
+"""Property tests of the ODF core: generic strategies for every model class, built from `format.fields`.
 
 The strategies walk the same field descriptors as the codecs (`fields_of`), so a type added to the model
 is generated here without extra code. Properties: FlatBuffers and YAML round-trips, deterministic
@@ -76,7 +76,7 @@ def json_values(text: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
 
 
 class Gen:
-    """Generic strategies for model values, driven by the field descriptors of `model_schema`."""
+    """Generic strategies for model values, driven by the field descriptors of `format.fields`."""
 
     def __init__(
         self,

@@ -6,7 +6,7 @@ cut that cost. Neither changes what a job computes, and both apply to `local` ma
 driver JVM, started on this machine, is the whole engine.
 
 - **A class-data sharing archive** (`-XX:SharedArchiveFile`) of the classes an engine job loads, made
-  once per Spark and Java installation by `odf engine warm-up` (`engine_warm_up.build_class_archive`).
+  once per Spark and Java installation by `odf engine warm-up` (`warm_up.build_class_archive`).
   The JVM checks the archive against its class path and JVM build, and ignores it (with one warning
   line) when they differ; its name carries a fingerprint of both installations, so an upgrade simply
   looks for a new archive.

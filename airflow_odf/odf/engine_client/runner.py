@@ -67,7 +67,8 @@ class SparkSubmitRunner:
     """Runs the engine job through `spark-submit` (client mode on a cluster, or `local[*]`).
 
     With `fast_start` (default), small jobs on a local master start their JVM with the options of
-    `engine_start` (class archive, client JIT), which change how fast the job starts, not what it does."""
+    the `fast_start` module (class archive, client JIT), which change how fast the job starts, not what
+    it does."""
 
     def __init__(
         self,

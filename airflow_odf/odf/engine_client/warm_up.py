@@ -3,7 +3,7 @@
 One `spark-submit` job answers a tiny ingest (CSV read, offsets, Parquet write) and a tiny transform
 (Parquet read in offset order, SQL, slice write) on one JVM started with `-XX:ArchiveClassesAtExit`: at
 its exit the JVM stores every class it loaded, and later engine jobs on this machine map them instead of
-loading them again (see `engine_start`). The archive is written beside its final name and renamed into
+loading them again (see `fast_start`). The archive is written beside its final name and renamed into
 place only when the job answered both requests, so a failed or concurrent warm-up never leaves a
 half-written archive where jobs look for it.
 """

@@ -1,15 +1,13 @@
-"""ODF logical and physical data hashes.
+"""The ODF logical data hash: the arrow-digest algorithm over Arrow record batches.
 
 The logical hash is kamu's arrow-digest `RecordDigestV0<Sha3_256>` (FORMAT-NOTES §D): a SHA3-256 over
 the schema (field names and nesting levels) and over one SHA3-256 per leaf column, each started with
 an encoding of the column's type and fed every value in record order. It is wrapped as multihash
-`arrow0-sha3-256` (0x300016, text form `f9680c00120…`). The physical hash is sha3-256 of the file.
+`arrow0-sha3-256` (0x300016, text form `f9680c00120…`). Parquet files, and the physical hash, are
+hashed by `parquet_hashes`.
 
 Column streams are built with numpy / Arrow kernels and fed to the hashers in large pieces; no value is
 visited by a Python loop. Memory use is bounded per batch (large batches are hashed in row chunks).
-
-A Parquet file is hashed from one memory mapping, column by column in a thread pool, the physical hash
-alongside: every column has a hasher of its own, and SHA3 and Parquet decoding release the GIL.
 
 Null handling follows the reference bit for bit, including the quirks of `maybe_combine_null_buffers`
 for struct columns (§D.5). "Has a validity buffer" is taken as "has at least one null", as it is in

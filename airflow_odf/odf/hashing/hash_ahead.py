@@ -8,7 +8,7 @@ fed in a background thread while the coordinator waits for the engine, at the lo
 (SCHED_IDLE on Linux) so that it takes only what the engine leaves idle, with the hasher's state kept
 every 64 Ki rows. Once the slice is written, a column continues from the latest state within its row
 count, but only when its values, read back from the file, are exactly the known ones
-(`logical_hash.parquet_hashes`): the hash is always the file's. Published parts are hashed first when
+(`parquet_hashes`): the hash is always the file's. Published parts are hashed first when
 there are any: the system columns are hashed up to the batch's input records, usually more than the
 output holds.
 """

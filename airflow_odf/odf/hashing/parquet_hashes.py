@@ -1,8 +1,9 @@
 """Hashes of Parquet files: the logical hash read from a file (the reference's batches of 10,000 rows),
 the physical SHA3-256 of its bytes, and both at once from one memory mapping, column by column in a
-thread pool (SHA3 and Parquet decoding release the GIL). A column can continue from a hasher that saw
-its values ahead of the commit (`KnownColumn`, `HashedParts`), but only where the file's own values or
-column chunks are proven to be the same: the hash is always the file's.
+thread pool, every column with a hasher of its own (SHA3 and Parquet decoding release the GIL). A
+column can continue from a hasher that saw its values ahead of the commit (`KnownColumn`,
+`HashedParts`), but only where the file's own values or column chunks are proven to be the same: the
+hash is always the file's.
 
 The column hashers are the digest's own (`RecordDigest`): this module feeds them, so it reaches into
 the digest's per-leaf state (`_first_leaf`, `_columns`, `_hashed`, `_leaves`) by design.

@@ -6,7 +6,7 @@ they are, and publishes the parts Spark has committed once fewer are still to co
 published parts' columns in that order (`PartsAhead.hash_next`, called by the hash-ahead thread), so
 that when the engine answers only the parts of its last tasks are left. What was hashed ahead counts
 only where the slice's column chunks are byte for byte those of the parts, in the same order
-(`logical_hash.parquet_hashes`): the hash is always the file's. Columns with structs are left out:
+(`parquet_hashes`): the hash is always the file's. Columns with structs are left out:
 their digest depends on batch boundaries (§D.5).
 """
 

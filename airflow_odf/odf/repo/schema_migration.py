@@ -1,7 +1,7 @@
 """Schema changes on request: migrating a legacy raw Arrow schema to ODF form, and explicit changes.
 
 Datasets written before RFC-016 record `SetDataSchema.rawArrowSchema` (RFC-010). Everything reads it
-through the lazy conversion (`schema_evolution.odf_schema`); `migrate_schema` makes the conversion
+through the lazy conversion (`schema.evolution.odf_schema`); `migrate_schema` makes the conversion
 permanent by appending the equivalent ODF-form SetDataSchema, never rewriting history. As RFC-016
 prescribes, this first conversion ignores optionality differences (Arrow could not state them
 reliably) — the chain rules apply that leniency whenever the current schema is a legacy one, so

@@ -2,7 +2,7 @@
 
 `SourceFetcher` is what the ingest layer calls, once per iteration of a pull. It applies the rules every
 source shares (the reference's "uncacheable" skip, `cache: Forever`) and hands the rest to the module of
-the step's kind: `fetch_url`, `fetch_glob`, `fetch_container`.
+the step's kind: `url`, `files_glob`, `container`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""What every fetch step shares: options, results and errors (the step modules import these, not `fetch`)."""
+"""What every fetch step shares: options, results and errors (the step modules import these, not
+`fetcher`)."""
 
 from __future__ import annotations
 
