@@ -76,7 +76,7 @@ def first_row_groups(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
             found.setdefault(digest.schema.names[index], rest[0] if rest else 0)
         return read(digest, data, metadata, index, *rest)
 
-    monkeypatch.setattr(lh, "hash_parquet_column", recording)
+    monkeypatch.setattr(pqh, "hash_parquet_column", recording)
     return found
 
 

@@ -15,7 +15,6 @@ from airflow_odf.odf.chain.data_access import read_slice
 from airflow_odf.odf.chain.integrity import verify_integrity
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.timestamps import Timestamp
-from airflow_odf.odf.hashing import arrow_digest as logical_hash
 from airflow_odf.odf.hashing import parquet_hashes as logical_hash_pq
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
@@ -113,7 +112,7 @@ def test_incremental_and_pinned_transforms(
     read_from_file: list[str] = []
     read = logical_hash_pq.hash_parquet_column
     monkeypatch.setattr(
-        logical_hash,
+        logical_hash_pq,
         "hash_parquet_column",
         lambda digest, *args: read_from_file.append(digest.schema.names[args[2]]) or read(digest, *args),
     )

@@ -74,7 +74,7 @@ def read_from_file(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         names.append(digest.schema.names[index])
         read(digest, data, metadata, index, *rest)
 
-    monkeypatch.setattr(lh, "hash_parquet_column", recording)
+    monkeypatch.setattr(pqh, "hash_parquet_column", recording)
     return names
 
 

@@ -685,7 +685,7 @@ def test_parquet_without_rows(tmp_path: Path) -> None:
 
 def kamu_read(path: Path) -> list[pa.RecordBatch]:
     """The file's rows as the reference reads them: batches of `PARQUET_BATCH_SIZE`, across row groups."""
-    return list(pq.ParquetFile(path).iter_batches(batch_size=lh.PARQUET_BATCH_SIZE))
+    return list(pq.ParquetFile(path).iter_batches(batch_size=pqh.PARQUET_BATCH_SIZE))
 
 
 def test_parquet_hashes_equal_a_sequential_read(tmp_path: Path) -> None:
@@ -734,7 +734,7 @@ def test_parquet_hashes_equal_the_literal_reference(
     path = tmp_path / "data.parquet"
     pq.write_table(table, path, row_group_size=row_group)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(lh, "PARQUET_BATCH_SIZE", batch)
+        mp.setattr(pqh, "PARQUET_BATCH_SIZE", batch)
         logical, physical = parquet_hashes(path)
         assert logical.digest == ref_digest(table.schema, kamu_read(path))
     assert physical == physical_hash_of_file(path)

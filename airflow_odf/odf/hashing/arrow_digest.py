@@ -36,8 +36,6 @@ __all__ = [
     "logical_hash_of_table",
 ]
 
-PARQUET_BATCH_SIZE = 10_000
-"""Rows per batch when reading parquet, as the reference (`get_parquet_logical_hash`)."""
 
 CHUNK_ROWS = 1 << 16
 _CHUNK_BYTES = 16 << 20

@@ -27,7 +27,6 @@ import pyarrow.parquet as pq
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
 from airflow_odf.odf.hashing.arrow_digest import (
     CHUNK_ROWS,
-    PARQUET_BATCH_SIZE,
     RecordDigest,
     fixed_raw,
     fixed_width,
@@ -47,6 +46,8 @@ __all__ = [
     "physical_hash_of_file",
 ]
 
+PARQUET_BATCH_SIZE = 10_000
+"""Rows per batch when reading parquet, as the reference (`get_parquet_logical_hash`)."""
 _FILE_CHUNK = 1 << 20
 
 
