@@ -173,19 +173,21 @@ def ingest_output(
 def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocabulary.from_request(request.get("vocab", {}))
     strategy = request["merge"]
-    new, quarantined = read_inputs(spark, request, vocab)
-    response: dict[str, Any] = {"num_quarantined": quarantined}
-    if quarantined:
-        response["quarantine_path"] = os.path.join(request["out_dir"], "quarantine")
-    if new is None:
-        return response
+    # before the inputs are read: asking for withheld slices (NEEDS_PREVIOUS_DATA) leaves nothing behind
     state = load_state(
         spark,
         strategy,
         request.get("prev_checkpoint_path"),
         request.get("prev_data_paths", []),
         vocab=vocab.as_dict(),
+        prev_data_withheld=request.get("prev_data_withheld", 0),
     )
+    new, quarantined = read_inputs(spark, request, vocab)
+    response: dict[str, Any] = {"num_quarantined": quarantined}
+    if quarantined:
+        response["quarantine_path"] = os.path.join(request["out_dir"], "quarantine")
+    if new is None:
+        return response
     size = _input_bytes(request)
     output = ingest_output(
         new,

@@ -4,7 +4,9 @@ The reference (kamu) re-reads every previous data slice on every merge. Here the
 *state*: the set of seen primary keys (Ledger) or the projected current row per primary key (Snapshot,
 UpsertStream); Append and ChangelogStream need none. The state is written as one Parquet checkpoint
 after each ingest and is read back on the next one; it is rebuilt from the data slices whenever the
-checkpoint is missing or was written for another strategy, so the data stays the source of truth.
+checkpoint is missing or was written for another strategy, so the data stays the source of truth. The
+coordinator sends the slices only when it knows the checkpoint is stale; when it withheld them and the
+checkpoint turns out unusable here, the engine asks for them (NEEDS_PREVIOUS_DATA).
 See docs/merge-strategies.md for the rules with worked examples.
 """
 
@@ -29,6 +31,8 @@ from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.writer import SOURCE_EVENT_TIME_COLUMN, Vocabulary
 
 ROW_COLUMN = "__odf_row"
+# the engine contract's error kind: "send the previous slices you withheld" (docs/engine-contract.md)
+NEEDS_PREVIOUS_DATA = "needs-previous-data"
 
 OP_APPEND, OP_RETRACT, OP_CORRECT_FROM, OP_CORRECT_TO = 0, 1, 2, 3
 
@@ -253,9 +257,14 @@ def load_state(
     prev_data_paths: list[str],
     *,
     vocab: dict[str, str],
+    prev_data_withheld: int = 0,
 ) -> DataFrame | None:
     """The merge state before this ingest: the checkpoint if it was written for this strategy, else
-    rebuilt from the previous slices; None for stateless strategies or when there is no previous data."""
+    rebuilt from the previous slices; None for stateless strategies or when there is no previous data.
+
+    `prev_data_withheld`: how many previous slices the coordinator left out of `prev_data_paths`,
+    trusting the checkpoint; if it cannot be used, EngineInputError(NEEDS_PREVIOUS_DATA) asks for them.
+    """
     s, v = _Strategy.parse(strategy), Vocabulary.from_request(vocab)
     if s.kind not in _STATEFUL:
         return None
@@ -263,6 +272,12 @@ def load_state(
         state = _read_checkpoint(spark, s, checkpoint_path)
         if state is not None:
             return state
+    if prev_data_withheld:
+        raise EngineInputError(
+            NEEDS_PREVIOUS_DATA,
+            f"the merge state {checkpoint_path} cannot be used by the {s.kind} merge strategy (another "
+            f"strategy's, or unreadable): send the {prev_data_withheld} previous slice(s) to rebuild it",
+        )
     if not prev_data_paths:
         return None
     return _rebuild(s, spark.read.option("mergeSchema", "true").parquet(*prev_data_paths), v)

@@ -128,7 +128,7 @@ def response_schema(response: IngestResponse) -> model.DataSchema | None:
 
 def schema_events(state: ChainState, response: IngestResponse, alias: str, policy: str) -> list[Any]:
     """SetDataSchema when the dataset has none yet or `policy` lets the new data's schema evolve it;
-    raises SchemaEvolutionError when the new data does not fit (`schema_policy`)."""
+    raises SchemaEvolutionError when the new data does not fit (`schema.policy`)."""
     slice_schema = response_schema(response)
     if slice_schema is None:
         return []

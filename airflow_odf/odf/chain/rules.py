@@ -1,15 +1,17 @@
 """The metadata chain's rules, enforced on every append, and the dataset state they fold into.
 
 `ChainState` is everything an operation needs to know about a dataset (head, kind, vocab, schema,
-active sources, last offset, watermark, checkpoint, source states, transform inputs) — the result of
-folding the chain's blocks oldest first. `apply_block` checks one new block against the state with
-the reference implementation's validators (FORMAT-NOTES §B.7, INGEST-TRANSFORM-SEMANTICS §1.8, §2.4)
-and returns the next state; a rejected block raises `ChainRuleError` naming the rule.
+active sources, last offset, watermark, checkpoint, source states, transform inputs, the index of its
+data slices) — the result of folding the chain's blocks oldest first. `apply_block` checks one new
+block against the state with the reference implementation's validators (FORMAT-NOTES §B.7,
+INGEST-TRANSFORM-SEMANTICS §1.8, §2.4) and returns the next state; a rejected block raises
+`ChainRuleError` naming the rule.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,58 @@ from airflow_odf.odf.format.fields import METADATA_EVENT
 from airflow_odf.odf.format.multiformats import DatasetId, Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.schema.evolution import check_evolution
+
+
+class SliceIndex:
+    """The physical hashes of a dataset's data slices (the `newData` of AddData and ExecuteTransform),
+    oldest first: what an ingest hands the engine to rebuild a merge state, known without walking the
+    chain.
+
+    It lives in the summary, one multibase text per slice (about 70 bytes for a 32-byte SHA3-256 hash),
+    so 100,000 slices add about 7 MB to it — small next to the slices themselves. Hashes are kept in
+    text form, parsed only when iterated (reading the summary parses none), and appending shares the
+    ones already there (a chunk list), so folding a long chain stays linear.
+    """
+
+    __slots__ = ("_before", "_chunk", "_len")
+
+    def __init__(self, texts: Iterable[str] = ()) -> None:
+        self._before: SliceIndex | None = None
+        self._chunk: tuple[str, ...] = tuple(texts)
+        self._len = len(self._chunk)
+
+    def append(self, physical_hash: Multihash) -> SliceIndex:
+        """A new index with one more slice; this one is unchanged."""
+        index = SliceIndex((str(physical_hash),))
+        if self._len:
+            index._before, index._len = self, self._len + 1
+        return index
+
+    def texts(self) -> list[str]:
+        """The hashes in text form, oldest first (the summary's form)."""
+        chunks: list[tuple[str, ...]] = []
+        node: SliceIndex | None = self
+        while node is not None:
+            chunks.append(node._chunk)
+            node = node._before
+        return [text for chunk in reversed(chunks) for text in chunk]
+
+    def __iter__(self) -> Iterator[Multihash]:
+        return (Multihash.parse(text) for text in self.texts())
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SliceIndex):
+            return NotImplemented
+        return self._len == other._len and self.texts() == other.texts()
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.texts()))
+
+    def __repr__(self) -> str:
+        return f"SliceIndex({self.texts()!r})"
 
 
 @dataclass(frozen=True)
@@ -45,10 +99,20 @@ class ChainState:
     transform_inputs: dict[str, model.ExecuteTransformInput] = field(default_factory=dict)
     num_records: int = 0
     data_size: int = 0
+    data_slices: SliceIndex = field(default_factory=SliceIndex)
+    # the checkpoint recorded by the block of the last data slice (None: that block recorded none)
+    data_checkpoint: Multihash | None = None
 
     @property
     def num_blocks(self) -> int:
         return self.sequence_number + 1
+
+    @property
+    def checkpoint_is_current(self) -> bool:
+        """Whether the checkpoint is as of all the data: recorded with the last slice. Our ingests put
+        it on the block of the last slice; data added later without one (by another tool) makes it
+        stale."""
+        return self.checkpoint is not None and self.data_checkpoint == self.checkpoint.physical_hash
 
     def latest_event(self, cls: type) -> Any:
         """The current value of a "set" event kind (SetVocab, SetInfo, ...), or None."""
@@ -139,6 +203,8 @@ def _after_data(state: ChainState, event: model.AddData | model.ExecuteTransform
         changes["last_offset"] = interval.end
         changes["num_records"] = state.num_records + interval.end - interval.start + 1
         changes["data_size"] = state.data_size + event.new_data.size
+        changes["data_slices"] = state.data_slices.append(event.new_data.physical_hash)
+        changes["data_checkpoint"] = event.new_checkpoint.physical_hash if event.new_checkpoint else None
     if event.new_checkpoint is not None:
         changes["checkpoint"] = event.new_checkpoint
     return changes

@@ -3,7 +3,10 @@
 Reading a dataset's state must not walk the whole chain every time. The summary records the state at
 some head; a reader whose head moved on folds only the newer blocks into it. The chain stays the only
 truth: a missing, unreadable, damaged (its digest does not match) or foreign summary is simply
-rebuilt from the blocks.
+rebuilt from the blocks, and so is one of an older FORMAT_VERSION.
+
+It grows with the chain by one hash per data slice (`SliceIndex`: about 70 bytes each); nothing else
+in it grows with the chain.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import hashlib
 import json
 from typing import Any
 
-from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.chain.rules import ChainState, SliceIndex
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.fields import METADATA_EVENT, Kind, TypeSpec
 from airflow_odf.odf.format.manifests import event_to_plain, from_plain, table_to_plain
@@ -20,7 +23,7 @@ from airflow_odf.odf.format.multiformats import DatasetId, Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
 
 SUMMARY_KEY = "info/summary"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the slice index (dataSlices, dataCheckpoint)
 
 _EVENTS = ("vocab", "schema", "polling_source", "transform", "info", "license", "attachments")
 _EVENT = TypeSpec(Kind.UNION, union=METADATA_EVENT)
@@ -50,6 +53,8 @@ def state_to_json(state: ChainState) -> bytes:
         "transformInputs": [table_to_plain(i) for i in state.transform_inputs.values()],
         "numRecords": state.num_records,
         "dataSize": state.data_size,
+        "dataSlices": state.data_slices.texts(),
+        "dataCheckpoint": _opt(state.data_checkpoint),
     }
     return _dumps({**plain, "digest": _digest(plain)}).encode()
 
@@ -77,6 +82,9 @@ def state_from_json(data: bytes) -> ChainState:
     push_sources = [from_plain(_EVENT, e) for e in plain["pushSources"]]
     source_states = [from_plain(_SOURCE_STATE, s) for s in plain["sourceStates"]]
     inputs = [from_plain(_INPUT, i) for i in plain["transformInputs"]]
+    slices = plain["dataSlices"]
+    if not all(isinstance(text, str) for text in slices):
+        raise ValueError("dataSlices must be hash texts")
     return ChainState(
         head=parse(plain["head"], Multihash.parse),
         sequence_number=int(plain["sequenceNumber"]),
@@ -92,4 +100,6 @@ def state_from_json(data: bytes) -> ChainState:
         transform_inputs={str(i.dataset_id): i for i in inputs},
         num_records=int(plain["numRecords"]),
         data_size=int(plain["dataSize"]),
+        data_slices=SliceIndex(slices),
+        data_checkpoint=parse(plain["dataCheckpoint"], Multihash.parse),
     )

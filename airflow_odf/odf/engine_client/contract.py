@@ -24,6 +24,7 @@ from airflow_odf.utils.engine_json import TypeWidening
 CONTRACT_VERSION = 1
 BAD_RECORDS_FAIL = "fail"
 BAD_RECORDS_QUARANTINE = "quarantine"
+NEEDS_PREVIOUS_DATA = "needs-previous-data"  # error kind: send the withheld previous slices
 
 
 class EngineContractError(OdfError):
@@ -92,7 +93,10 @@ class IngestRequest:
     preprocess: list[SqlStep] | None = None  # Spark SQL over the view `input`; the last step is the output
     dataset_schema: str | None = None  # Arrow schema of the dataset's current SetDataSchema, if any
     prev_checkpoint_path: str | None = None  # merge state written by the previous ingest
-    prev_data_paths: list[str] = field(default_factory=list)  # all previous slices, oldest first
+    prev_data_paths: list[str] = field(default_factory=list)  # previous slices, oldest first (or withheld)
+    # > 0: that many previous slices were left out of prev_data_paths, the checkpoint being current; an
+    # engine that cannot use the checkpoint answers NEEDS_PREVIOUS_DATA and gets them in a new request
+    prev_data_withheld: int = 0
     prev_watermark: str | None = None
     max_records_per_slice: int | None = None  # a slice (file, AddData block) holds at most this many
     target_slice_bytes: int = 1024 * 1024 * 1024  # input bytes per sorted partition (at least one slice)

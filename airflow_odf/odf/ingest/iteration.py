@@ -6,6 +6,8 @@ Bad input fails the iteration before anything is committed.
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ from typing import Any
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
+    NEEDS_PREVIOUS_DATA,
     IngestRequest,
     IngestResponse,
     InputFile,
@@ -64,25 +67,43 @@ def root_state(dataset: Dataset, alias: str) -> ChainState:
     return state
 
 
-def _merge_state_inputs(dataset: Dataset, state: ChainState, op_dir: Path) -> tuple[str | None, list[str]]:
-    """The checkpointed merge state, if it is as of the last data, and every previous slice (oldest first,
-    for rebuilding the state when the checkpoint is missing, stale or of another strategy) — one walk.
+def _merge_state_inputs(
+    dataset: Dataset, state: ChainState, op_dir: Path
+) -> tuple[str | None, list[str], int]:
+    """What the engine starts its merge from: the checkpointed merge state if it is current, and then
+    none of the previous slices, only their number (withheld: the engine asks for them in the rare case
+    that it cannot use the checkpoint); else every previous slice, oldest first, to rebuild the state.
 
-    Our ingests put the checkpoint on the block with the last slice; data added later without one (by
-    another tool) makes it stale.
+    Read from the summary's slice index, not the chain. On a store the engine cannot read itself each
+    object handed over is a download, which is why the slices are handed over only when needed.
     """
     if state.last_offset is None:
-        return None, []
-    adds = [
-        block.event
-        for _, block in dataset.iter_blocks(state.head)
-        if isinstance(block.event, model.AddData) and block.event.new_data is not None
-    ]
-    checkpoint = None
-    if state.checkpoint is not None and adds and adds[0].new_checkpoint == state.checkpoint:
-        checkpoint = local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
-    paths = [local_object(dataset, f"data/{e.new_data.physical_hash}", op_dir) for e in reversed(adds)]
-    return checkpoint, paths
+        return None, [], 0
+    if state.checkpoint is None or not state.checkpoint_is_current:
+        return None, _previous_slices(dataset, state, op_dir), 0
+    checkpoint = local_object(dataset, f"checkpoints/{state.checkpoint.physical_hash}", op_dir)
+    return checkpoint, [], len(state.data_slices)
+
+
+def _previous_slices(dataset: Dataset, state: ChainState, op_dir: Path) -> list[str]:
+    """Every data slice of the dataset, oldest first, where the engine reads it."""
+    return [local_object(dataset, f"data/{h}", op_dir) for h in state.data_slices]
+
+
+def _run_engine(run: Run, state: ChainState, request: IngestRequest, op_dir: Path) -> IngestResponse:
+    """The engine's answer to `request`. An engine that cannot use the checkpoint whose slices were
+    withheld asks for them (NEEDS_PREVIOUS_DATA); they are then staged and the request sent again, from
+    an empty output folder — the result is the one a request with all slices would have given."""
+    response = IngestResponse.from_json(run.runner.run(request.to_json(), op_dir))
+    error = response.error
+    if error is None or error.kind != NEEDS_PREVIOUS_DATA or not request.prev_data_withheld:
+        return response
+    run.options.log(f"{request.dataset_alias}: the engine asked for the previous slices: {error.message}")
+    shutil.rmtree(request.out_dir, ignore_errors=True)
+    request = dataclasses.replace(
+        request, prev_data_paths=_previous_slices(run.dataset, state, op_dir), prev_data_withheld=0
+    )
+    return IngestResponse.from_json(run.runner.run(request.to_json(), op_dir))
 
 
 def run_and_commit(
@@ -94,14 +115,14 @@ def run_and_commit(
     system_time: Timestamp,
     op_dir: Path,
 ) -> ChainState:
-    dataset, runner, options, result = run.dataset, run.runner, run.options, run.result
+    dataset, options, result = run.dataset, run.options, run.result
     alias = result.dataset
     if state.system_time is not None and system_time < state.system_time:
         system_time = state.system_time  # the chain's time may not go back; rows and block share it
     merge_plain = union_to_plain(model.MergeStrategy, source.merge)
     stateful = merge_plain["kind"] in _STATEFUL_MERGES
-    merge_checkpoint, merge_slices = (
-        _merge_state_inputs(dataset, state, op_dir) if stateful and inputs else (None, [])
+    merge_checkpoint, merge_slices, withheld = (
+        _merge_state_inputs(dataset, state, op_dir) if stateful and inputs else (None, [], 0)
     )
     response = IngestResponse()
     if inputs:
@@ -123,12 +144,13 @@ def run_and_commit(
             ),
             prev_checkpoint_path=merge_checkpoint,
             prev_data_paths=merge_slices,
+            prev_data_withheld=withheld,
             prev_watermark=state.watermark.isoformat() if state.watermark else None,
             max_records_per_slice=options.max_records_per_slice,
             target_slice_bytes=options.target_slice_bytes,
             bad_records=options.bad_records,
         )
-        response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
+        response = _run_engine(run, state, request, op_dir)
         if response.error is not None:
             raise IngestError(response.error.kind, f"{alias}: {response.error.message}")
         if response.num_quarantined:

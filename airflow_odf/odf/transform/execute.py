@@ -1,10 +1,10 @@
 """Derivative-dataset transforms, coordinator side: plan, run the engine per batch, commit.
 
-Each batch of the plan (`transform_plan`) becomes one engine request — the SQL of the SetTransform over
+Each batch of the plan (`transform.plan`) becomes one engine request — the SQL of the SetTransform over
 each input's records in the planned offset range — and one ExecuteTransform block naming exactly the
 input blocks it consumed, preceded by SetDataSchema the first time. The output watermark is the minimum
 of the inputs' watermarks as of the consumed blocks (inputs without any are left out, as the reference's
-DataFusion engine does); the checkpoint records each input's watermark (`transform_checkpoint`).
+DataFusion engine does); the checkpoint records each input's watermark (`transform.checkpoint`).
 Nothing is committed when the engine refuses the query or its output. When an input diverged and
 recovery was asked for, the derivative's history is rebuilt without its ExecuteTransforms in the same
 head move as the first re-processed batch.
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
-from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.chain.rules import ChainState, SliceIndex
 from airflow_odf.odf.engine_client.contract import (
     IngestResponse,
     TransformInputSpec,
@@ -77,7 +77,12 @@ def run_transform(
     *,
     system_time: Timestamp | None = None,
 ) -> IngestResult:
-    """Brings a derivative dataset up to date with its inputs (or their pinned heads), batch by batch."""
+    """Brings a derivative dataset up to date with its inputs (or their pinned heads), batch by batch.
+
+    The derivative's state is read once: the plan is made against it, the first batch commits onto its
+    head (compare-and-swap: a writer that moved the head meanwhile makes the commit fail) and each
+    further batch onto the head the one before committed. Each input is opened once, by the plan.
+    """
     dataset = repo.dataset(name)
     state = dataset.state()
     head = None if state.head is None else str(state.head)
@@ -85,6 +90,7 @@ def run_transform(
     plan = plan_transform(
         repo,
         dataset,
+        state=state,
         pinned_heads=options.pinned_heads,
         max_input_records=options.max_input_records,
         recover_from_scratch=options.recover_diverged,
@@ -96,8 +102,17 @@ def run_transform(
     if rebuild:
         options.log(f"{name}: {plan.reason}; the derivative's own data is reset")
     for batch in plan.batches:
-        _run_batch(
-            repo, dataset, name, batch, runner, options, result, system_time=system_time, rebuild=rebuild
+        state = _run_batch(
+            repo,
+            dataset,
+            state,
+            name,
+            batch,
+            runner,
+            options,
+            result,
+            system_time=system_time,
+            rebuild=rebuild,
         )
         rebuild = False
     return result
@@ -129,13 +144,15 @@ def execute_batch(
     schema_policy: str = STRICT,
     *,
     to_commit: bool = False,
+    dataset: Dataset | None = None,
 ) -> BatchOutput:
     """Runs one batch on the engine against the derivative's `state` (as of before the batch).
 
     Shared by transforms (`to_commit`: the output goes into the dataset) and by reproducibility
-    verification, which replays recorded batches.
+    verification, which replays recorded batches. `dataset`: the derivative, if the caller has it open.
     """
-    dataset = repo.dataset_by_id(state.dataset_id) if state.dataset_id is not None else None
+    if dataset is None and state.dataset_id is not None:
+        dataset = repo.dataset_by_id(state.dataset_id)
     vocab = Vocab.of(state.vocab)
     with HashAhead(
         offset=vocab.offset_column,
@@ -216,9 +233,14 @@ def _next_offset(state: ChainState) -> int:
     return 0 if state.last_offset is None else state.last_offset + 1
 
 
+def _input_dataset(repo: Repository, planned: PlannedInput) -> Dataset:
+    """The input as its plan opened it, else opened now (replays and probes plan no run)."""
+    return planned.dataset if planned.dataset is not None else repo.dataset_by_id(planned.dataset_id)
+
+
 def request_input(repo: Repository, planned: PlannedInput, op_dir: Path) -> TransformInputSpec:
     """One input of an engine request: its schema, its slice files (local copies) and offset range."""
-    source = repo.dataset_by_id(planned.dataset_id)
+    source = _input_dataset(repo, planned)
     interval = planned.offset_interval
     if planned.schema is None:
         raise TransformPlanError(f"input {planned.alias!r} has no schema")
@@ -261,7 +283,7 @@ def _input_watermarks(
         elif previous is not None:
             watermark = previous.get(planned.dataset_id)
         elif planned.prev_block_hash is not None:
-            watermark = _walk_watermark(repo, planned.dataset_id, planned.prev_block_hash)
+            watermark = _walk_watermark(_input_dataset(repo, planned), planned.prev_block_hash)
         else:
             watermark = None
         if watermark is not None:
@@ -269,8 +291,8 @@ def _input_watermarks(
     return out
 
 
-def _walk_watermark(repo: Repository, dataset_id: DatasetId, start: Multihash) -> Timestamp | None:
-    for _, block in repo.dataset_by_id(dataset_id).iter_blocks(start):
+def _walk_watermark(dataset: Dataset, start: Multihash) -> Timestamp | None:
+    for _, block in dataset.iter_blocks(start):
         event = block.event
         if isinstance(event, model.AddData | model.ExecuteTransform) and event.new_watermark is not None:
             return event.new_watermark
@@ -288,6 +310,7 @@ def _metadata_only(dataset: Dataset) -> tuple[list[Any], Multihash]:
 def _run_batch(
     repo: Repository,
     dataset: Dataset,
+    state: ChainState,
     name: str,
     batch: TransformBatch,
     runner: EngineRunner,
@@ -296,8 +319,9 @@ def _run_batch(
     *,
     system_time: Timestamp | None,
     rebuild: bool,
-) -> None:
-    state = dataset.state()
+) -> ChainState:
+    """Runs and commits one batch onto `state` (the derivative as the run knows it); returns the state
+    it committed."""
     head = state.head
     system_time = system_time or Timestamp.now()
     if state.system_time is not None and system_time < state.system_time:
@@ -307,11 +331,26 @@ def _run_batch(
     if rebuild:  # the state the metadata-only chain will have: no data, offsets, checkpoint or watermark
         kept, onto = _metadata_only(dataset)
         state = dataclasses.replace(
-            state, last_offset=None, checkpoint=None, watermark=None, transform_inputs={}
+            state,
+            last_offset=None,
+            checkpoint=None,
+            watermark=None,
+            transform_inputs={},
+            data_slices=SliceIndex(),
+            data_checkpoint=None,
         )
     with operation_dir(options.work_dir) as op_dir:
         output = execute_batch(
-            repo, state, name, batch, runner, op_dir, system_time, options.schema_policy, to_commit=True
+            repo,
+            state,
+            name,
+            batch,
+            runner,
+            op_dir,
+            system_time,
+            options.schema_policy,
+            to_commit=True,
+            dataset=dataset,
         )
         commit = dataset.commit(
             kept + output.events,
@@ -324,3 +363,4 @@ def _run_batch(
     result.new_blocks += [str(h) for h in commit.new_blocks]
     result.records += output.num_records
     options.log(f"{name}: committed {len(commit.new_blocks)} block(s), {output.num_records} record(s)")
+    return commit.state

@@ -11,7 +11,7 @@ metadata only: no data is read, nothing is committed.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.rules import ChainState
@@ -58,6 +58,8 @@ class PlannedInput:
     from_scratch: bool = False
     vocab: model.SetVocab | None = None
     schema: model.SetDataSchema | None = None
+    # the input as planning opened it, for the run to read its slices and blocks from (None: open it)
+    dataset: Dataset | None = field(default=None, compare=False, repr=False)
 
     @property
     def offset_interval(self) -> model.OffsetInterval | None:
@@ -171,19 +173,22 @@ def plan_transform(
     repo: Repository,
     dataset: Dataset,
     *,
+    state: ChainState | None = None,
     pinned_heads: Mapping[str, Multihash | str] | None = None,
     max_input_records: int | None = None,
     recover_from_scratch: bool = False,
 ) -> TransformPlan:
     """Plans the next transform run(s) of a derivative dataset of `repo`.
 
+    `state` is the derivative's, when the caller has just read it (else it is read here).
     `pinned_heads` ends an input at a given block instead of its current head; keys are input aliases,
     dataset names or DIDs. `max_input_records` splits a backlog into batches of at most that many
     input records (whole slices; a larger slice is a batch of its own).
     """
     if max_input_records is not None and max_input_records < 1:
         raise TransformPlanError(f"max_input_records must be at least 1, got {max_input_records}")
-    state = dataset.state()
+    if state is None:
+        state = dataset.state()
     name = repo.name_of(dataset)
     if state.kind is not model.DatasetKind.DERIVATIVE:
         raise TransformPlanError(f"{name} is not a Derivative dataset: only derivatives are transformed")
@@ -364,6 +369,7 @@ def _batches(
                     from_scratch=from_scratch,
                     vocab=inp.state.vocab,
                     schema=inp.state.schema,
+                    dataset=inp.dataset,
                 )
             )
             last[inp.index] = (
@@ -442,6 +448,7 @@ def replay_batch(
                 explicit_watermarks=[u.watermark for u in units if u.watermark is not None],
                 vocab=dataset.state().vocab,
                 schema=None if last_block is None else schemas.at(qi.dataset_id, last_block),
+                dataset=dataset,
             )
         )
     return TransformBatch(planned)
