@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import os
 import tempfile
-from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parents[1]
+import pytest
+
+from tests.paths import HOW_TO_GET_SHARED, REPO, REQUIRE_SHARED, missing_shared
+
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="odf-airflow-home-"))
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
-os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(_ROOT / "dags_examples")
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags_examples")
 os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # no class archive from an earlier `odf engine warm-up` on this machine: jobs start as on a fresh one
 os.environ["ODF_CACHE_DIR"] = tempfile.mkdtemp(prefix="odf-cache-")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ODF_REQUIRE_SHARED=1 (CI) the tests of the shared reference material may not be skipped: a
+    shared folder that is absent or incomplete stops the run before any test, with one message."""
+    missing = missing_shared()
+    if REQUIRE_SHARED and missing:
+        raise pytest.UsageError(
+            f"ODF_REQUIRE_SHARED is set but the shared folder lacks {', '.join(map(str, missing))}"
+            f" (the tests that read it would be skipped): {HOW_TO_GET_SHARED}"
+        )

@@ -1,4 +1,4 @@
-"""Byte-exact block vectors of the reference implementation (../shared/conformance/blocks)."""
+"""Byte-exact block vectors of the reference implementation (the repository's copy in data/blocks)."""
 
 from __future__ import annotations
 

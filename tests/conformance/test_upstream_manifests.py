@@ -9,8 +9,9 @@ import pytest
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import decode_table, encode_table
 from airflow_odf.odf.format.manifests import dump_manifest, load_manifests, read_manifests
-from tests.paths import UPSTREAM, upstream_manifests
+from tests.paths import UPSTREAM, needs_upstream, upstream_manifests
 
+pytestmark = needs_upstream
 FILES = upstream_manifests()
 
 

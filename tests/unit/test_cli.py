@@ -1,6 +1,7 @@
-"""The `odf` command end to end, as a subprocess, against the shared conformance vectors and real manifests.
+"""The `odf` command end to end, as a subprocess, against the conformance vectors and real manifests.
 
-Vectors are read at test time from ../shared/conformance/blocks (beside the repository), never copied.
+The vectors are the repository's copy (tests/conformance/data/blocks); the real manifests are read from
+the shared folder, and the tests that need them are skipped when it is absent (tests/paths.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from airflow_odf.odf.format.flatbuffers_codec import decode_block, encode_block,
 from airflow_odf.odf.format.manifests import load_manifests, manifest_to_plain, read_single
 from airflow_odf.odf.format.timestamps import Timestamp
 from tests.paths import CONFORMANCE_BLOCKS as BLOCKS
-from tests.paths import UPSTREAM
+from tests.paths import UPSTREAM, needs_upstream, upstream_manifests
 
 ODF = Path(sys.executable).parent / "odf"
 
@@ -234,6 +235,7 @@ def test_encode_of_an_invalid_manifest_lists_every_problem(tmp_path: Path):
     assert not (tmp_path / "out.bin").exists()
 
 
+@needs_upstream
 def test_encode_of_a_snapshot_manifest_is_refused(tmp_path: Path):
     src = UPSTREAM / "kamu-contrib" / "testing" / "testing.empty-root.yaml"
     assert_one_line_error(odf("block", "encode", src, check=None), src, "expected one MetadataBlock manifest")
@@ -281,12 +283,9 @@ def test_usage_errors_exit_2():
 # --------------------------------------------------------------------------------------------------
 
 
-def _upstream_manifests() -> list[Path]:
-    return sorted([*UPSTREAM.glob("kamu-cli/examples/**/*.yaml"), *UPSTREAM.glob("kamu-contrib/**/*.yaml")])
-
-
+@needs_upstream
 def test_all_upstream_manifests_validate():
-    files = _upstream_manifests()
+    files = upstream_manifests()
     assert len(files) >= 20
     proc = odf("snapshot", "validate", *files)
     assert proc.stderr == ""
@@ -296,14 +295,16 @@ def test_all_upstream_manifests_validate():
         assert line.startswith(f"{path}: ok (")
 
 
-@pytest.mark.parametrize("path", _upstream_manifests(), ids=lambda p: str(p.relative_to(UPSTREAM)))
+@needs_upstream
+@pytest.mark.parametrize("path", upstream_manifests(), ids=lambda p: str(p.relative_to(UPSTREAM)))
 def test_each_upstream_manifest_validates_quietly(path: Path):
     proc = odf("snapshot", "validate", "--quiet", path)
     assert proc.stdout == proc.stderr == ""
 
 
+@needs_upstream
 def test_validate_reports_bad_files_among_good_ones(tmp_path: Path):
-    good = _upstream_manifests()[0]
+    good = upstream_manifests()[0]
     bad = tmp_path / "bad.yaml"
     bad.write_text(
         "kind: DatasetSnapshot\nversion: 1\ncontent:\n  name: x\n  kind: Leaf\n  metadata: []\n",

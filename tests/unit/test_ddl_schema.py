@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pyarrow as pa
 import pytest
 import yaml
@@ -14,10 +12,10 @@ from airflow_odf.odf.errors import OdfFormatError
 from airflow_odf.odf.format import model as m
 from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
 from airflow_odf.odf.schema.ddl import DESCRIPTION, parse_ddl_schema, parse_ddl_type
+from tests.paths import CONFORMANCE_BLOCKS as CONFORMANCE
 
 MS = m.TimeUnit.MILLISECOND
 UTC_TS = m.DataTypeTimestamp(unit=MS, timezone="UTC")
-CONFORMANCE = Path("/work/shared/conformance/blocks")
 
 
 def opt(t: m.DataType) -> m.DataTypeOption:

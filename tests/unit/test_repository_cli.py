@@ -24,7 +24,7 @@ import yaml
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import block_hash
 from airflow_odf.odf.format.manifests import read_manifests
-from tests.paths import UPSTREAM, upstream_manifests
+from tests.paths import UPSTREAM, needs_upstream, skip_without_upstream, upstream_manifests
 
 ODF = Path(sys.executable).parent / "odf"
 
@@ -96,6 +96,7 @@ def write_manifest(path: Path, name: str, kind: str, events: list[dict]) -> Path
 @pytest.fixture(scope="module")
 def populated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
     """A repository with every upstream manifest added by one `odf add`; returns it and that run."""
+    skip_without_upstream()
     repo = tmp_path_factory.mktemp("repo") / "odf"
     assert "initialised" in ok("init", repo=repo)
     proc = odf("add", *map(str, upstream_manifests()), repo=repo)
@@ -126,6 +127,7 @@ def test_init_with_repo_option_and_with_env(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "odf init" in missing.stderr
 
 
+@needs_upstream
 def test_upstream_manifests_are_present() -> None:
     paths = upstream_manifests()
     assert len(paths) >= 20
