@@ -24,8 +24,7 @@ from pyspark.sql import SparkSession
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.ingest_job import arrow_schema, ingest_output, read_inputs
 from airflow_odf.engine.spark_types import arrow_to_spark, spark_to_arrow
-from airflow_odf.engine.writer import Vocabulary
-from airflow_odf.utils.engine_json import TypeWidening
+from airflow_odf.utils.engine_json import TypeWidening, Vocab
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the system time does not change the schema
 
@@ -33,7 +32,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # the system time does not c
 def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Answers an InferRequest: `output_schema` (Arrow IPC, base64) and the `widenings` met."""
 
-    vocab = Vocabulary.from_request(request.get("vocab", {}))
+    vocab = Vocab.from_json(request.get("vocab", {}))
     read_schema = arrow_schema(request.get("read_schema"))
     widenings = _source_widenings(request, read_schema)
     new, _ = read_inputs(spark, request, vocab)

@@ -23,12 +23,12 @@ from airflow_odf.engine.readers import LINE_FORMATS, read_input
 from airflow_odf.engine.spark_types import spark_to_arrow
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
-    Vocabulary,
     normalize_timestamps,
     parse_time,
     with_system_columns,
     write_slices,
 )
+from airflow_odf.utils.engine_json import Vocab
 
 _FILE_COLUMN = "__odf_input_file"
 _POSITION_BITS = 44  # row positions below 2**44: up to 2,048 Spark partitions per input
@@ -41,9 +41,7 @@ def arrow_schema(text: str | None) -> pa.Schema | None:
     return None if text is None else pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
 
 
-def read_inputs(
-    spark: SparkSession, request: dict[str, Any], vocab: Vocabulary
-) -> tuple[DataFrame | None, int]:
+def read_inputs(spark: SparkSession, request: dict[str, Any], vocab: Vocab) -> tuple[DataFrame | None, int]:
     """The new records of all inputs, in input order, each tagged with its source's event time.
 
     Input order is kept in ROW_COLUMN: the input's index in the high bits, the row's position (Spark's
@@ -74,7 +72,7 @@ def read_inputs(
         if request.get("preprocess"):
             df = run_queries(spark, df, request["preprocess"])
         elif read_schema is None:
-            df = default_preprocess(df, request["merge"]["kind"], vocab.as_dict())
+            df = default_preprocess(df, request["merge"]["kind"], vocab.to_json())
         frames.append(_tag_rows(df, group, first_index=inputs.index(group[0]), by_file=batch))
     if not frames:
         return None, quarantined
@@ -113,15 +111,15 @@ def _by_file(paths: list[str], values: list[Column]) -> Column:
     return F.element_at(F.create_map(*pairs), F.col(_FILE_COLUMN))
 
 
-def _with_event_time(df: DataFrame, vocab: Vocabulary, dataset_schema: pa.Schema | None) -> DataFrame:
+def _with_event_time(df: DataFrame, vocab: Vocab, dataset_schema: pa.Schema | None) -> DataFrame:
     """Adds a typed all-null event-time column when the data has none (filled from the source later)."""
-    if vocab.event_time in df.columns:
+    if vocab.event_time_column in df.columns:
         return df
     et_type: T.DataType = T.TimestampType()
-    known = dataset_schema is not None and vocab.event_time in dataset_schema.names
-    if known and pa.types.is_date(dataset_schema.field(vocab.event_time).type):
+    known = dataset_schema is not None and vocab.event_time_column in dataset_schema.names
+    if known and pa.types.is_date(dataset_schema.field(vocab.event_time_column).type):
         et_type = T.DateType()
-    return df.withColumn(vocab.event_time, F.lit(None).cast(et_type))
+    return df.withColumn(vocab.event_time_column, F.lit(None).cast(et_type))
 
 
 def _input_bytes(request: dict[str, Any]) -> int:
@@ -138,7 +136,7 @@ def ingest_output(
     new: DataFrame,
     state: DataFrame | None,
     request: dict[str, Any],
-    vocab: Vocabulary,
+    vocab: Vocab,
     *,
     system_time: datetime,
     next_offset: int,
@@ -151,10 +149,10 @@ def ingest_output(
     `gather`: see `with_system_columns` (for a small input and no state: with a state joined in, the
     join would run in the one task too, however large the state)."""
     strategy = request["merge"]
-    validate_input(new, strategy["kind"], vocab.as_dict())
+    validate_input(new, strategy["kind"], vocab.to_json())
     new = normalize_timestamps(new)
     new = _with_event_time(new, vocab, arrow_schema(request.get("dataset_schema")))
-    merged = merge(strategy, new, state, vocab=vocab.as_dict())
+    merged = merge(strategy, new, state, vocab=vocab.to_json())
     # joins may move key columns first: the data columns keep the order the input gives them
     ordered = [c for c in new.columns if c in merged.data.columns]
     data = merged.data.select(*ordered, *[c for c in merged.data.columns if c not in ordered])
@@ -171,7 +169,7 @@ def ingest_output(
 
 
 def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    vocab = Vocabulary.from_request(request.get("vocab", {}))
+    vocab = Vocab.from_json(request.get("vocab", {}))
     strategy = request["merge"]
     # before the inputs are read: asking for withheld slices (NEEDS_PREVIOUS_DATA) leaves nothing behind
     state = load_state(
@@ -179,7 +177,7 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         strategy,
         request.get("prev_checkpoint_path"),
         request.get("prev_data_paths", []),
-        vocab=vocab.as_dict(),
+        vocab=vocab.to_json(),
         prev_data_withheld=request.get("prev_data_withheld", 0),
     )
     new, quarantined = read_inputs(spark, request, vocab)
@@ -213,7 +211,7 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     response["max_event_time"] = max(ets, key=parse_time) if ets else None
     if slices and keeps_state(strategy):  # folds in what was written: read back, not recomputed
         written = spark.read.parquet(*[s.path for s in slices])
-        new_state = next_state(strategy, state, written, vocab=vocab.as_dict())
+        new_state = next_state(strategy, state, written, vocab=vocab.to_json())
         if new_state is not None:
             path = os.path.join(request["out_dir"], "checkpoint.parquet")
             write_state(new_state, path, strategy)

@@ -28,7 +28,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
-from airflow_odf.engine.writer import SOURCE_EVENT_TIME_COLUMN, Vocabulary
+from airflow_odf.engine.writer import SOURCE_EVENT_TIME_COLUMN
+from airflow_odf.utils.engine_json import Vocab
 
 ROW_COLUMN = "__odf_row"
 # the engine contract's error kind: "send the previous slices you withheld" (docs/engine-contract.md)
@@ -106,38 +107,38 @@ def _require_columns(
             )
 
 
-def _integral_op(df: DataFrame, vocab: Vocabulary, strategy: _Strategy) -> Column:
+def _integral_op(df: DataFrame, vocab: Vocab, strategy: _Strategy) -> Column:
     """The input's operation type as Int32; op codes are integers 0..3 in ODF."""
-    op_type = df.schema[vocab.op].dataType
+    op_type = df.schema[vocab.operation_type_column].dataType
     if not isinstance(op_type, _INTEGRAL_TYPES):
         raise EngineInputError(
             "bad-schema",
-            f"column {vocab.op!r} must hold integer op codes (0 +A, 1 -R, 2 -C, 3 +C) for the "
-            f"{strategy.kind} merge strategy, got {op_type.simpleString()}",
+            f"column {vocab.operation_type_column!r} must hold integer op codes (0 +A, 1 -R, 2 -C, 3 +C) "
+            f"for the {strategy.kind} merge strategy, got {op_type.simpleString()}",
         )
-    return _c(vocab.op).cast(T.IntegerType())
+    return _c(vocab.operation_type_column).cast(T.IntegerType())
 
 
-def _data_columns(df: DataFrame, vocab: Vocabulary) -> list[str]:
+def _data_columns(df: DataFrame, vocab: Vocab) -> list[str]:
     """Data and event-time columns, in input order (neither op nor the hidden columns)."""
-    return [c for c in df.columns if c not in (vocab.op, *_HIDDEN)]
+    return [c for c in df.columns if c not in (vocab.operation_type_column, *_HIDDEN)]
 
 
-def _with_op(df: DataFrame, op: Column, vocab: Vocabulary) -> DataFrame:
-    return df.withColumn(vocab.op, op.cast(T.IntegerType()))
+def _with_op(df: DataFrame, op: Column, vocab: Vocab) -> DataFrame:
+    return df.withColumn(vocab.operation_type_column, op.cast(T.IntegerType()))
 
 
-def _is_distinct(old: Column, new: Column, column: str, vocab: Vocabulary) -> Column:
+def _is_distinct(old: Column, new: Column, column: str, vocab: Vocab) -> Column:
     """IS DISTINCT FROM; a null event time in the new data alone is not a change (reference rule)."""
     distinct = ~old.eqNullSafe(new)
-    return new.isNotNull() & distinct if column == vocab.event_time else distinct
+    return new.isNotNull() & distinct if column == vocab.event_time_column else distinct
 
 
 def merge(
     strategy: dict[str, Any], new: DataFrame, prev_state: DataFrame | None, *, vocab: dict[str, str]
 ) -> MergeResult:
     """Merges the new rows against the previous merge state (None when there is no previous data)."""
-    s, v = _Strategy.parse(strategy), Vocabulary.from_request(vocab)
+    s, v = _Strategy.parse(strategy), Vocab.from_json(vocab)
     if s.kind == "Append":
         data = _with_op(new, F.lit(OP_APPEND), v)
     elif s.kind == "Ledger":
@@ -147,16 +148,18 @@ def merge(
             data = data.join(_key_columns(prev_state, s), list(s.primary_key), "left_anti")
     elif s.kind == "ChangelogStream":
         _require_columns(new, s.primary_key, "primary key", s)
-        _require_columns(new, (v.op,), "operation type", s)
+        _require_columns(new, (v.operation_type_column,), "operation type", s)
         data = _with_op(new, _integral_op(new, v, s), v)
     elif s.kind == "Snapshot":
         data = _merge_snapshot(s, new, prev_state, v)
     else:
         data = _merge_upsert(s, new, prev_state, v)
     if s.kind in ("Append", "Ledger"):
-        order = [_c(v.event_time).asc_nulls_first()]
+        order = [_c(v.event_time_column).asc_nulls_first()]
     else:
-        order = [_c(k).asc_nulls_first() for k in s.primary_key] + [_c(v.op).asc_nulls_first()]
+        order = [_c(k).asc_nulls_first() for k in s.primary_key] + [
+            _c(v.operation_type_column).asc_nulls_first()
+        ]
     return MergeResult(data, [*order, F.col(ROW_COLUMN).asc_nulls_first()])
 
 
@@ -179,14 +182,14 @@ def _join_state(
 
 
 def _changelog_rows(
-    joined: DataFrame, main_op: Column, old_values: dict[str, Column], columns: list[str], vocab: Vocabulary
+    joined: DataFrame, main_op: Column, old_values: dict[str, Column], columns: list[str], vocab: Vocab
 ) -> DataFrame:
     """Emits one row per change, plus a `-C` row before each `+C`, in one pass over the join (the
     reference unions two scans of it). -R and -C rows carry the old values, the others the new ones."""
-    op = _c(vocab.op)
+    op = _c(vocab.operation_type_column)
     correction = F.array(F.lit(OP_CORRECT_FROM), main_op)
     ops = F.when(main_op == OP_CORRECT_TO, correction).otherwise(F.array(main_op))
-    exploded = joined.withColumn(vocab.op, F.explode(ops))
+    exploded = joined.withColumn(vocab.operation_type_column, F.explode(ops))
     from_old = op.isin(OP_RETRACT, OP_CORRECT_FROM)
     selected = [F.when(from_old, old_values[c]).otherwise(_c(c)).alias(c) for c in columns]
     selected += [op, F.col(ROW_COLUMN)]
@@ -196,7 +199,7 @@ def _changelog_rows(
     return exploded.select(*selected)
 
 
-def _merge_snapshot(s: _Strategy, new: DataFrame, state: DataFrame | None, v: Vocabulary) -> DataFrame:
+def _merge_snapshot(s: _Strategy, new: DataFrame, state: DataFrame | None, v: Vocab) -> DataFrame:
     """CDC of a full snapshot against the current state: +A new keys, -R vanished keys, -C/+C changes."""
     _require_columns(new, s.primary_key, "primary key", s)
     columns = _data_columns(new, v)
@@ -209,17 +212,17 @@ def _merge_snapshot(s: _Strategy, new: DataFrame, state: DataFrame | None, v: Vo
     return _changelog_rows(joined.filter(old_absent | new_absent | changed), main_op, old, columns, v)
 
 
-def _merge_upsert(s: _Strategy, new: DataFrame, state: DataFrame | None, v: Vocabulary) -> DataFrame:
+def _merge_upsert(s: _Strategy, new: DataFrame, state: DataFrame | None, v: Vocab) -> DataFrame:
     """Last upsert per key in the batch against the current state: no-ops vanish, retractions of unseen
     keys are dropped, corrections become -C/+C pairs."""
     _require_columns(new, s.primary_key, "primary key", s)
-    op = _integral_op(new, v, s) if v.op in new.columns else F.lit(OP_APPEND)
+    op = _integral_op(new, v, s) if v.operation_type_column in new.columns else F.lit(OP_APPEND)
     new = _with_op(new, op, v)
     last = Window.partitionBy(*[_c(k) for k in s.primary_key]).orderBy(F.col(ROW_COLUMN).desc())
     new = new.withColumn(_RANK, F.row_number().over(last)).filter(F.col(_RANK) == 1).drop(_RANK)
     columns = _data_columns(new, v)
     joined, old = _join_state(s, new, state, "left")
-    old_absent, is_retract = F.col(_OLD_PRESENT).isNull(), _c(v.op) == OP_RETRACT
+    old_absent, is_retract = F.col(_OLD_PRESENT).isNull(), _c(v.operation_type_column) == OP_RETRACT
     ordinary = [c for c in columns if c not in s.primary_key]
     changed = reduce(lambda a, b: a | b, [_is_distinct(old[c], _c(c), c, v) for c in ordinary], F.lit(False))
     keep = (is_retract & ~old_absent) | (~is_retract & (old_absent | changed))
@@ -227,12 +230,12 @@ def _merge_upsert(s: _Strategy, new: DataFrame, state: DataFrame | None, v: Voca
     return _changelog_rows(joined.filter(keep), main_op, old, columns, v)
 
 
-def _project(ledger: DataFrame, s: _Strategy, v: Vocabulary) -> DataFrame:
+def _project(ledger: DataFrame, s: _Strategy, v: Vocab) -> DataFrame:
     """Current state of a changelog: the latest row per key by offset unless it is a retraction."""
-    latest = Window.partitionBy(*[_c(k) for k in s.primary_key]).orderBy(_c(v.offset).desc())
+    latest = Window.partitionBy(*[_c(k) for k in s.primary_key]).orderBy(_c(v.offset_column).desc())
     ranked = ledger.withColumn(_RANK, F.row_number().over(latest))
-    current = ranked.filter((F.col(_RANK) == 1) & (_c(v.op) != OP_RETRACT))
-    return current.drop(_RANK, v.offset, v.op, v.system_time, *_HIDDEN)
+    current = ranked.filter((F.col(_RANK) == 1) & (_c(v.operation_type_column) != OP_RETRACT))
+    return current.drop(_RANK, v.offset_column, v.operation_type_column, v.system_time_column, *_HIDDEN)
 
 
 def _key_columns(df: DataFrame, s: _Strategy) -> DataFrame:
@@ -245,7 +248,7 @@ def _seen_keys(df: DataFrame, s: _Strategy) -> DataFrame:
     return _key_columns(df, s).filter(not_null).distinct()
 
 
-def _rebuild(s: _Strategy, ledger: DataFrame, v: Vocabulary) -> DataFrame:
+def _rebuild(s: _Strategy, ledger: DataFrame, v: Vocab) -> DataFrame:
     _require_columns(ledger, s.primary_key, "primary key", s, "the previous data")
     return _seen_keys(ledger, s) if s.kind == "Ledger" else _project(ledger, s, v)
 
@@ -265,7 +268,7 @@ def load_state(
     `prev_data_withheld`: how many previous slices the coordinator left out of `prev_data_paths`,
     trusting the checkpoint; if it cannot be used, EngineInputError(NEEDS_PREVIOUS_DATA) asks for them.
     """
-    s, v = _Strategy.parse(strategy), Vocabulary.from_request(vocab)
+    s, v = _Strategy.parse(strategy), Vocab.from_json(vocab)
     if s.kind not in _STATEFUL:
         return None
     if checkpoint_path:
@@ -312,17 +315,17 @@ def next_state(
 ) -> DataFrame | None:
     """The merge state after this ingest, from the previous state and the rows written (with offset, op
     and final event time); it equals the state rebuilt from all slices, without reading them."""
-    s, v = _Strategy.parse(strategy), Vocabulary.from_request(vocab)
+    s, v = _Strategy.parse(strategy), Vocab.from_json(vocab)
     if s.kind not in _STATEFUL:
         return None
     if s.kind == "Ledger":
         # The merge anti-joined the output against prev_state, so the two key sets are disjoint.
         keys = _seen_keys(output, s)
         return keys if prev_state is None else keys.unionByName(_key_columns(prev_state, s))
-    ledger = output.drop(v.system_time, *_HIDDEN)
+    ledger = output.drop(v.system_time_column, *_HIDDEN)
     if prev_state is not None:
-        before = prev_state.withColumn(v.offset, F.lit(-1).cast(T.LongType()))
-        before = before.withColumn(v.op, F.lit(OP_APPEND).cast(T.IntegerType()))
+        before = prev_state.withColumn(v.offset_column, F.lit(-1).cast(T.LongType()))
+        before = before.withColumn(v.operation_type_column, F.lit(OP_APPEND).cast(T.IntegerType()))
         ledger = ledger.unionByName(before, allowMissingColumns=True)
     return _project(ledger, s, v)
 

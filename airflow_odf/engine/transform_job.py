@@ -55,12 +55,8 @@ from airflow_odf.engine.partition_order import (
 from airflow_odf.engine.parts_publisher import PartsTarget, row_group_midpoints
 from airflow_odf.engine.preprocess import run_sql
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
-from airflow_odf.engine.writer import (
-    Vocabulary,
-    normalize_timestamps,
-    parse_time,
-    write_in_frame_order,
-)
+from airflow_odf.engine.writer import normalize_timestamps, parse_time, write_in_frame_order
+from airflow_odf.utils.engine_json import Vocab
 
 # Reading slices in place costs one Spark read (relation, scan, task set-up: about 0.1-0.2 s) per file;
 # sorting costs a shuffle of the input. In place pays off unless there are many small files.
@@ -98,16 +94,16 @@ def _input_from_footers(item: dict[str, Any]) -> _Input:
     """The input, its slices in place when their footers show offset order (see the module doc); their
     offset columns are checked next (`_offsets_checked`)."""
     struct = arrow_to_spark(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(item["schema"]))))
-    vocab = Vocabulary.from_request(item.get("vocab", {}))
+    vocab = Vocab.from_json(item.get("vocab", {}))
     end = item.get("offset_end")
     paths = (item.get("data_paths") or []) if end is not None else []
     start = item.get("offset_start") or 0
     in_place = None
     if paths and _in_place_pays_off(paths):
-        ranges = slice_ranges(paths, vocab.offset)
+        ranges = slice_ranges(paths, vocab.offset_column)
         if ranges is not None:
             in_place = [r for r in ranges if r.last >= start and r.first <= end]  # others: not read
-    return _Input(item["alias"], struct, vocab.offset, paths, start, end or 0, in_place)
+    return _Input(item["alias"], struct, vocab.offset_column, paths, start, end or 0, in_place)
 
 
 def _offsets_checked(inputs: list[_Input]) -> tuple[list[_Input], bool]:
@@ -224,39 +220,40 @@ def _in_offset_order(piece: SliceRange, offset: str) -> bool:
     return expected == piece.last + 1
 
 
-def _check_output(df: DataFrame, vocab: Vocabulary) -> DataFrame:
-    for name in (vocab.offset, vocab.system_time):
+def _check_output(df: DataFrame, vocab: Vocab) -> DataFrame:
+    for name in (vocab.offset_column, vocab.system_time_column):
         if name in df.columns:
             raise EngineInputError(
                 "bad-schema",
                 f"the transform's result has a column '{name}': the engine adds the system columns, "
                 "leave it out of the query's select list",
             )
-    if vocab.event_time not in df.columns:
+    if vocab.event_time_column not in df.columns:
         raise EngineInputError(
             "bad-schema",
-            f"the transform's result has no event-time column '{vocab.event_time}' (columns: "
+            f"the transform's result has no event-time column '{vocab.event_time_column}' (columns: "
             f"{', '.join(df.columns)}); select one of date or timestamp type",
         )
-    found = df.schema[vocab.event_time].dataType
+    found = df.schema[vocab.event_time_column].dataType
     if not isinstance(found, T.DateType | T.TimestampType | T.TimestampNTZType):
         raise EngineInputError(
             "bad-schema",
-            f"the event-time column '{vocab.event_time}' has type {found.simpleString()}, "
+            f"the event-time column '{vocab.event_time_column}' has type {found.simpleString()}, "
             "expected date or timestamp",
         )
-    if vocab.op in df.columns and not isinstance(
-        df.schema[vocab.op].dataType, T.ByteType | T.ShortType | T.IntegerType
+    if vocab.operation_type_column in df.columns and not isinstance(
+        df.schema[vocab.operation_type_column].dataType, T.ByteType | T.ShortType | T.IntegerType
     ):
         raise EngineInputError(
-            "bad-schema", f"the operation-type column '{vocab.op}' must be an integer (Int32)"
+            "bad-schema",
+            f"the operation-type column '{vocab.operation_type_column}' must be an integer (Int32)",
         )
     return df  # without `op`, the writer adds +A
 
 
 def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Runs one transform request; raises EngineInputError on bad queries or output."""
-    vocab = Vocabulary.from_request(request.get("vocab", {}))
+    vocab = Vocab.from_json(request.get("vocab", {}))
     footers = [_input_from_footers(item) for item in request["inputs"]]
     in_place = [r for source in footers for r in source.in_place or []]
     with ThreadPoolExecutor(1, thread_name_prefix="odf-plan-helper") as helper:
@@ -291,7 +288,7 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
 def _written(
     output: DataFrame,
     request: dict[str, Any],
-    vocab: Vocabulary,
+    vocab: Vocab,
     keys: Future[list[PartitionKey | None] | None] | None,
     publish_to: PartsTarget | None,
 ) -> dict[str, Any] | None:
@@ -321,7 +318,7 @@ def _output(
     spark: SparkSession,
     request: dict[str, Any],
     inputs: list[_Input],
-    vocab: Vocabulary,
+    vocab: Vocab,
     *,
     file_by_file: bool,
 ) -> DataFrame:

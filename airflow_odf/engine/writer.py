@@ -57,37 +57,13 @@ from airflow_odf.engine.parquet_splice import (
 from airflow_odf.engine.partition_order import PartitionKey
 from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget, part_numbers
 from airflow_odf.engine.spark_types import quote_identifier
+from airflow_odf.utils.engine_json import Vocab
 
 SOURCE_EVENT_TIME_COLUMN = "__odf_source_event_time"
 _PARTITION = "__odf_partition"
 _POSITION = "__odf_position"
 # pyarrow's largest row group (the system columns' row groups match the parts')
 _MAX_ROW_GROUP_ROWS = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Vocabulary:
-    offset: str = "offset"
-    op: str = "op"
-    system_time: str = "system_time"
-    event_time: str = "event_time"
-
-    @classmethod
-    def from_request(cls, vocab: dict[str, str]) -> Vocabulary:
-        return cls(
-            offset=vocab.get("offset_column", "offset"),
-            op=vocab.get("operation_type_column", "op"),
-            system_time=vocab.get("system_time_column", "system_time"),
-            event_time=vocab.get("event_time_column", "event_time"),
-        )
-
-    def as_dict(self) -> dict[str, str]:
-        return {
-            "offset_column": self.offset,
-            "operation_type_column": self.op,
-            "system_time_column": self.system_time,
-            "event_time_column": self.event_time,
-        }
 
 
 @dataclass(frozen=True)
@@ -122,7 +98,7 @@ def with_system_columns(
     df: DataFrame,
     sort_columns: list[Column],
     *,
-    vocab: Vocabulary,
+    vocab: Vocab,
     system_time: datetime,
     next_offset: int,
     num_partitions: int = 1,
@@ -140,13 +116,13 @@ def with_system_columns(
     persisted — they are counted, written and folded into the merge state — until the job clears the
     session's cache.
     """
-    et = F.col(f"`{vocab.event_time}`")
+    et = F.col(f"`{vocab.event_time_column}`")
     if SOURCE_EVENT_TIME_COLUMN in df.columns:
         source_et = F.col(SOURCE_EVENT_TIME_COLUMN)
-        if isinstance(df.schema[vocab.event_time].dataType, T.DateType):
+        if isinstance(df.schema[vocab.event_time_column].dataType, T.DateType):
             source_et = F.to_date(source_et)
         et = F.coalesce(et, source_et)
-    df = df.withColumn(vocab.event_time, et)
+    df = df.withColumn(vocab.event_time_column, et)
     if num_partitions <= 1 and (gather or df.rdd.getNumPartitions() == 1):
         df = df.coalesce(1)
     else:
@@ -169,14 +145,16 @@ def with_system_columns(
         partition_base = F.when(F.col(_PARTITION) == partition, F.lit(start)).otherwise(partition_base)
     hidden = {_PARTITION, _POSITION, SOURCE_EVENT_TIME_COLUMN, *drop_columns}
     data_columns = [
-        F.col(f"`{c}`") for c in df.columns if c not in hidden and c not in (vocab.op, vocab.event_time)
+        F.col(f"`{c}`")
+        for c in df.columns
+        if c not in hidden and c not in (vocab.operation_type_column, vocab.event_time_column)
     ]
     system_time_ms = _system_time_ms(system_time)
     result = ordered.select(
-        (partition_base + F.col(_POSITION)).cast("long").alias(vocab.offset),
-        F.col(f"`{vocab.op}`").cast("int").alias(vocab.op),
-        F.lit(system_time_ms).cast(T.TimestampType()).alias(vocab.system_time),
-        F.col(f"`{vocab.event_time}`"),
+        (partition_base + F.col(_POSITION)).cast("long").alias(vocab.offset_column),
+        F.col(f"`{vocab.operation_type_column}`").cast("int").alias(vocab.operation_type_column),
+        F.lit(system_time_ms).cast(T.TimestampType()).alias(vocab.system_time_column),
+        F.col(f"`{vocab.event_time_column}`"),
         *data_columns,
     )
     return result
@@ -190,7 +168,7 @@ def write_in_frame_order(
     df: DataFrame,
     out_dir: str,
     *,
-    vocab: Vocabulary,
+    vocab: Vocab,
     system_time: datetime,
     next_offset: int,
     partition_keys: Future[list[PartitionKey | None] | None] | None = None,
@@ -239,14 +217,17 @@ def write_in_frame_order(
     return [_describe_slice(path, pq.ParquetFile(path).metadata, vocab)], path
 
 
-def _parts_frame(df: DataFrame, vocab: Vocabulary) -> DataFrame:
+def _parts_frame(df: DataFrame, vocab: Vocab) -> DataFrame:
     """`df` as the parts hold it: `op` (Int32) if the frame has one, the event time, the data columns.
     A frame in that order already is taken as it is; another is reordered in one SQL select: 10 JVM
     round trips before the job starts, where a select of column objects costs about 100 (0.03 s)."""
-    columns = [vocab.event_time, *(c for c in df.columns if c not in (vocab.op, vocab.event_time))]
-    if vocab.op not in df.columns:
+    columns = [
+        vocab.event_time_column,
+        *(c for c in df.columns if c not in (vocab.operation_type_column, vocab.event_time_column)),
+    ]
+    if vocab.operation_type_column not in df.columns:
         return df if df.columns == columns else df.selectExpr(*map(quote_identifier, columns))
-    op = quote_identifier(vocab.op)
+    op = quote_identifier(vocab.operation_type_column)
     return df.selectExpr(f"CAST({op} AS INT) AS {op}", *map(quote_identifier, columns))
 
 
@@ -298,26 +279,35 @@ class _SliceLayout:
     has_op: bool
 
 
-def _slice_layout(part_schema: pa.Schema, vocab: Vocabulary) -> _SliceLayout:
+def _slice_layout(part_schema: pa.Schema, vocab: Vocab) -> _SliceLayout:
     """`offset`, `op`, `system_time`, then the part's event time and data columns: the key-value
     metadata Spark would have written for that (its row schema, with the added columns)."""
-    has_op = part_schema.names[0] == vocab.op
+    has_op = part_schema.names[0] == vocab.operation_type_column
     metadata = dict(part_schema.metadata or {})
     if _SPARK_ROW_METADATA in metadata:
         row = json.loads(metadata[_SPARK_ROW_METADATA])
-        spark_types = {vocab.offset: "long", vocab.op: "integer", vocab.system_time: "timestamp"}
+        spark_types = {
+            vocab.offset_column: "long",
+            vocab.operation_type_column: "integer",
+            vocab.system_time_column: "timestamp",
+        }
 
         def spark_field(name: str) -> dict[str, object]:
             return {"name": name, "type": spark_types[name], "nullable": False, "metadata": {}}
 
         fields = row["fields"]
-        op_field = fields.pop(0) if has_op else spark_field(vocab.op)
-        row["fields"] = [spark_field(vocab.offset), op_field, spark_field(vocab.system_time), *fields]
+        op_field = fields.pop(0) if has_op else spark_field(vocab.operation_type_column)
+        row["fields"] = [
+            spark_field(vocab.offset_column),
+            op_field,
+            spark_field(vocab.system_time_column),
+            *fields,
+        ]
         metadata[_SPARK_ROW_METADATA] = json.dumps(row, separators=(",", ":")).encode()
     return _SliceLayout(metadata, has_op)
 
 
-def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datetime, next_offset: int) -> int:
+def _assemble(parts: list[str], path: str, vocab: Vocab, system_time: datetime, next_offset: int) -> int:
     """Splices the part files' row groups, in order, with the system columns into the slice at `path`:
     `offset` (from `next_offset`), `system_time` and `op` if missing, written directly (`stepped
     columns`) into a file of their own with row groups of the parts' sizes; Spark's column chunks are
@@ -333,14 +323,16 @@ def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datet
         row_counts = [source.num_rows(i) for source, i in data.row_groups]
         system_ms = (system_time - _EPOCH) // timedelta(milliseconds=1)
         added = {  # as pyarrow would write them
-            vocab.offset: SteppedColumn(required_element(vocab.offset, INT64), next_offset, 1),
-            vocab.op: SteppedColumn(required_element(vocab.op, INT32), 0, 0),
-            vocab.system_time: SteppedColumn(
-                required_element(vocab.system_time, INT64, *TIMESTAMP_UTC_MILLIS), system_ms, 0
+            vocab.offset_column: SteppedColumn(required_element(vocab.offset_column, INT64), next_offset, 1),
+            vocab.operation_type_column: SteppedColumn(
+                required_element(vocab.operation_type_column, INT32), 0, 0
+            ),
+            vocab.system_time_column: SteppedColumn(
+                required_element(vocab.system_time_column, INT64, *TIMESTAMP_UTC_MILLIS), system_ms, 0
             ),
         }
         if layout.has_op:
-            del added[vocab.op]
+            del added[vocab.operation_type_column]
         columns_path = os.path.join(os.path.dirname(parts[0]), "system-columns.parquet")
         columns = write_stepped_columns(columns_path, list(added.values()), row_counts)
         # sides: 0 = Spark's parts (the slice keeps their root element and creator), 1 = the system columns
@@ -348,9 +340,19 @@ def _assemble(parts: list[str], path: str, vocab: Vocabulary, system_time: datet
         side = {name: (1, index) for index, name in enumerate(added)}
         data_fields = [(0, i) for i in range(len(data.schema.fields))]
         if layout.has_op:  # the parts: op, event time, data
-            order = [side[vocab.offset], data_fields[0], side[vocab.system_time], *data_fields[1:]]
+            order = [
+                side[vocab.offset_column],
+                data_fields[0],
+                side[vocab.system_time_column],
+                *data_fields[1:],
+            ]
         else:  # the parts: event time, data
-            order = [side[vocab.offset], side[vocab.op], side[vocab.system_time], *data_fields]
+            order = [
+                side[vocab.offset_column],
+                side[vocab.operation_type_column],
+                side[vocab.system_time_column],
+                *data_fields,
+            ]
         return splice(path, sides, order, key_value_metadata=layout.metadata)
     except SpliceError as e:
         raise EngineInputError(
@@ -363,7 +365,7 @@ def _schema_bytes(source: ParquetSource) -> list[bytes]:
 
 
 def write_slices(
-    df: DataFrame, out_dir: str, *, vocab: Vocabulary, max_records_per_slice: int | None
+    df: DataFrame, out_dir: str, *, vocab: Vocab, max_records_per_slice: int | None
 ) -> tuple[list[WrittenSlice], str]:
     """Writes `df` (already sorted by offset within range partitions) as Parquet files under `out_dir`.
 
@@ -395,9 +397,9 @@ def write_slices(
     return slices, files[0]
 
 
-def _describe_slice(path: str, meta: pq.FileMetaData, vocab: Vocabulary) -> WrittenSlice:
+def _describe_slice(path: str, meta: pq.FileMetaData, vocab: Vocab) -> WrittenSlice:
     names = meta.schema.to_arrow_schema().names
-    offset_idx, et_idx = names.index(vocab.offset), names.index(vocab.event_time)
+    offset_idx, et_idx = names.index(vocab.offset_column), names.index(vocab.event_time_column)
     lo, hi, max_et = None, None, None
     for rg in range(meta.num_row_groups):
         row_group = meta.row_group(rg)
@@ -415,10 +417,10 @@ def _describe_slice(path: str, meta: pq.FileMetaData, vocab: Vocabulary) -> Writ
     return WrittenSlice(path, lo, hi, meta.num_rows, _rfc3339(max_et))
 
 
-def _describe_slice_by_reading(path: str, vocab: Vocabulary) -> WrittenSlice:
-    table = pq.read_table(path, columns=[vocab.offset, vocab.event_time])
-    lo, hi = pc.min_max(table[vocab.offset]).values()
-    max_et = pc.max(table[vocab.event_time]).as_py()
+def _describe_slice_by_reading(path: str, vocab: Vocab) -> WrittenSlice:
+    table = pq.read_table(path, columns=[vocab.offset_column, vocab.event_time_column])
+    lo, hi = pc.min_max(table[vocab.offset_column]).values()
+    max_et = pc.max(table[vocab.event_time_column]).as_py()
     return WrittenSlice(path, lo.as_py(), hi.as_py(), table.num_rows, _rfc3339(max_et))
 
 

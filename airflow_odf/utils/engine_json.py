@@ -4,7 +4,9 @@ are the JSON keys)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,3 +21,29 @@ class TypeWidening:
 
     def __str__(self) -> str:
         return f"{self.column}: {self.arrow_type} -> {self.spark_type} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """The names of the system columns (ODF DatasetVocabulary with every default filled in): a request's
+    `vocab` object, which the engine uses to name the columns it reads and writes."""
+
+    offset_column: str = "offset"
+    operation_type_column: str = "op"
+    system_time_column: str = "system_time"
+    event_time_column: str = "event_time"
+
+    @classmethod
+    def of(cls, vocab: Any) -> Vocab:
+        """The names a SetVocab (or anything with its attributes) sets, the defaults for the rest."""
+        defaults = cls()
+        return cls(**{f.name: getattr(vocab, f.name, None) or getattr(defaults, f.name) for f in fields(cls)})
+
+    @classmethod
+    def from_json(cls, plain: Mapping[str, str]) -> Vocab:
+        """From a request's `vocab` object; missing names take their defaults."""
+        defaults = cls()
+        return cls(**{f.name: plain.get(f.name, getattr(defaults, f.name)) for f in fields(cls)})
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)

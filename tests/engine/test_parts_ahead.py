@@ -20,11 +20,11 @@ import pytest
 from airflow_odf.engine import writer
 from airflow_odf.engine.partition_order import NEVER_PACK, PartitionKey, SplitPlan
 from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget, places
-from airflow_odf.engine.writer import Vocabulary
 from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.odf.hashing import arrow_digest as lh
 from airflow_odf.odf.hashing import parquet_hashes as pqh
 from airflow_odf.odf.hashing.parts_ahead import PartsAhead
+from airflow_odf.utils.engine_json import Vocab
 
 ROWS = 400  # per part, in two row groups
 SYSTEM_TIME = datetime(2024, 2, 1, tzinfo=timezone.utc)
@@ -53,7 +53,7 @@ def parts(tmp_path: Path) -> list[Path]:
 def _slice(tmp_path: Path, parts: list[Path]) -> Path:
     """The slice spliced from `parts` in order, as the engine writes it (system columns added)."""
     path = tmp_path / "slice.parquet"
-    writer._assemble([str(p) for p in parts], str(path), Vocabulary(), SYSTEM_TIME, 10)
+    writer._assemble([str(p) for p in parts], str(path), Vocab(), SYSTEM_TIME, 10)
     return path
 
 

@@ -20,7 +20,8 @@ from airflow_odf.engine import transform_job, writer
 from airflow_odf.engine.job import run_request
 from airflow_odf.engine.partition_order import looks_row_by_row, output_scans
 from airflow_odf.engine.spark_types import arrow_to_spark
-from airflow_odf.engine.writer import Vocabulary, normalize_timestamps, with_system_columns, write_slices
+from airflow_odf.engine.writer import normalize_timestamps, with_system_columns, write_slices
+from airflow_odf.utils.engine_json import Vocab
 
 UTC = timezone.utc
 SYSTEM_TIME = datetime(2024, 2, 1, 0, 0, 0, 123000, tzinfo=UTC)  # the requests' time, in milliseconds
@@ -491,14 +492,12 @@ def test_slice_file_types_and_metadata_as_spark_writes_them(spark: SparkSession,
     final = with_system_columns(
         result,
         [F.col("row")],
-        vocab=Vocabulary(),
+        vocab=Vocab(),
         system_time=system_time,
         next_offset=10,
         drop_columns=("row",),
     )
-    [reference], _ = write_slices(
-        final, str(tmp_path / "spark"), vocab=Vocabulary(), max_records_per_slice=None
-    )
+    [reference], _ = write_slices(final, str(tmp_path / "spark"), vocab=Vocab(), max_records_per_slice=None)
     theirs = pq.read_table(reference.path)
     assert ours.schema.remove_metadata() == theirs.schema.remove_metadata()
     assert ours.to_pylist() == theirs.to_pylist()

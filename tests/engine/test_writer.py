@@ -14,16 +14,16 @@ from pyspark.sql import functions as F
 
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
-    Vocabulary,
     normalize_timestamps,
     with_system_columns,
     write_slices,
 )
 from airflow_odf.odf.hashing import arrow_digest as logical_hash
 from airflow_odf.odf.hashing import parquet_hashes as logical_hash_pq
+from airflow_odf.utils.engine_json import Vocab
 
 SYSTEM_TIME = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
-VOCAB = Vocabulary()
+VOCAB = Vocab()
 
 
 def _frame(spark: SparkSession, rows: list[tuple], partitions: int = 1):
@@ -122,7 +122,7 @@ def test_empty_output_still_gives_the_schema(spark: SparkSession, tmp_path: Path
 
 
 def test_date_event_time_and_custom_vocab(spark: SparkSession, tmp_path: Path) -> None:
-    vocab = Vocabulary(offset="off", op="operation", system_time="sys_t", event_time="day")
+    vocab = Vocab("off", "operation", "sys_t", "day")
     df = spark.createDataFrame(
         [(0, None, 1, 0, datetime(2024, 2, 3, 10, tzinfo=timezone.utc)), (0, date(2024, 1, 5), 2, 1, None)],
         f"operation int, day date, v int, __odf_row long, {SOURCE_EVENT_TIME_COLUMN} timestamp",

@@ -18,8 +18,7 @@ from typing import Any
 import pyarrow as pa
 
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.format import model
-from airflow_odf.utils.engine_json import TypeWidening
+from airflow_odf.utils.engine_json import TypeWidening, Vocab
 
 CONTRACT_VERSION = 1
 BAD_RECORDS_FAIL = "fail"
@@ -46,27 +45,6 @@ class InputFile:
 
     path: str
     source_event_time: str | None = None  # RFC 3339, UTC
-
-
-@dataclass
-class Vocab:
-    """Names of the system columns (ODF DatasetVocabulary with every default filled in)."""
-
-    offset_column: str = "offset"
-    operation_type_column: str = "op"
-    system_time_column: str = "system_time"
-    event_time_column: str = "event_time"
-
-    @classmethod
-    def of(cls, vocab: model.SetVocab | None) -> Vocab:
-        """The names a dataset's SetVocab sets, the defaults for the rest."""
-        v, defaults = vocab or model.SetVocab(), cls()
-        return cls(
-            v.offset_column or defaults.offset_column,
-            v.operation_type_column or defaults.operation_type_column,
-            v.system_time_column or defaults.system_time_column,
-            v.event_time_column or defaults.event_time_column,
-        )
 
 
 @dataclass
