@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
+from airflow_odf.odf.chain.dataset import Dataset
 from tests.paths import HOW_TO_GET_SHARED, REPO, REQUIRE_SHARED, missing_shared
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="odf-airflow-home-"))
@@ -28,3 +31,17 @@ def pytest_configure(config: pytest.Config) -> None:
             f"ODF_REQUIRE_SHARED is set but the shared folder lacks {', '.join(map(str, missing))}"
             f" (the tests that read it would be skipped): {HOW_TO_GET_SHARED}"
         )
+
+
+@pytest.fixture
+def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many chain walks (`Dataset.iter_blocks`) started; starts at [0]."""
+    walks = [0]
+    original = Dataset.iter_blocks
+
+    def counted(self: Dataset, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        walks[0] += 1
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Dataset, "iter_blocks", counted)
+    return walks

@@ -9,7 +9,7 @@ checkpoint is of no use to the engine (another merge strategy's) the engine asks
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -114,19 +114,6 @@ def downloads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         monkeypatch.setattr(S3ObjectStore, name, recorded)
     return keys
-
-
-@pytest.fixture
-def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    walks = [0]
-    original = Dataset.iter_blocks
-
-    def counted(self: Dataset, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        walks[0] += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Dataset, "iter_blocks", counted)
-    return walks
 
 
 def test_with_a_current_checkpoint_no_previous_slice_is_downloaded(

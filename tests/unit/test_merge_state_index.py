@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -193,20 +192,6 @@ class RecordingEngine:
         kind = self.answers.pop(0)
         error = None if kind is None else {"kind": kind, "message": f"{kind}: details"}
         return json.dumps({"version": 1, "error": error})
-
-
-@pytest.fixture
-def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many chain walks (`Dataset.iter_blocks`) started; starts at [0]."""
-    walks = [0]
-    original = Dataset.iter_blocks
-
-    def counted(self: Dataset, *args: Any, **kwargs: Any) -> Iterator[Any]:
-        walks[0] += 1
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Dataset, "iter_blocks", counted)
-    return walks
 
 
 def ingest(orders: Dataset, engine: RecordingEngine, tmp_path: Path) -> None:
