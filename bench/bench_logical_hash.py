@@ -35,7 +35,7 @@ from airflow_odf.odf.hashing.arrow_digest import RecordDigest
 
 FIRST_HASH = """
 import sys, time
-from airflow_odf.odf.hashing.arrow_digest import parquet_hashes
+from airflow_odf.odf.hashing.parquet_hashes import parquet_hashes
 t0 = time.perf_counter()
 logical, _ = parquet_hashes(sys.argv[1])
 print(time.perf_counter() - t0, logical.digest.hex())
