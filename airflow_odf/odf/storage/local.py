@@ -136,9 +136,7 @@ class LocalObjectStore(ObjectStore):
             try:
                 current = path.read_bytes() if path.is_file() else None
                 if current != expected:
-                    raise ConflictError(
-                        f"{key} changed concurrently: expected {_show(expected)}, found {_show(current)}"
-                    )
+                    raise ConflictError.changed(key, expected, current)
                 if new is None:
                     path.unlink(missing_ok=True)
                 else:
@@ -157,7 +155,3 @@ def fsync_path(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _show(value: bytes | None) -> str:
-    return "nothing" if value is None else value.decode(errors="replace")

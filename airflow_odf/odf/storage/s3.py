@@ -318,7 +318,7 @@ class S3ObjectStore(ObjectStore):
                 if new is None:
                     current = self.get_or_none(key)
                     if current is not None:
-                        raise self._conflict(key, expected, current)
+                        raise ConflictError.changed(key, expected, current)
                     return
                 self._call(
                     "PUT",
@@ -333,9 +333,9 @@ class S3ObjectStore(ObjectStore):
             try:
                 current, etag = self._read(key)
             except ObjectNotFoundError:
-                raise self._conflict(key, expected, None) from None
+                raise ConflictError.changed(key, expected, None) from None
             if current != expected:
-                raise self._conflict(key, expected, current)
+                raise ConflictError.changed(key, expected, current)
             if new is None:
                 self._call(
                     "DELETE", key, self.client.delete_object, Bucket=self.bucket, Key=full, IfMatch=etag
@@ -352,11 +352,4 @@ class S3ObjectStore(ObjectStore):
                 )
         except (_PreconditionFailedError, ObjectNotFoundError):
             # Someone wrote (or deleted) the ref between our read and our conditional write.
-            raise self._conflict(key, expected, self.get_or_none(key)) from None
-
-    def _conflict(self, key: str, expected: bytes | None, found: bytes | None) -> ConflictError:
-        return ConflictError(f"{key} changed concurrently: expected {_show(expected)}, found {_show(found)}")
-
-
-def _show(value: bytes | None) -> str:
-    return "nothing" if value is None else value.decode(errors="replace")
+            raise ConflictError.changed(key, expected, self.get_or_none(key)) from None

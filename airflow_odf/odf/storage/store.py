@@ -29,6 +29,15 @@ class ObjectNotFoundError(OdfError, KeyError):
 class ConflictError(OdfError):
     """A compare-and-swap found another value than expected: someone else moved the ref first."""
 
+    @classmethod
+    def changed(cls, key: str, expected: bytes | None, found: bytes | None) -> ConflictError:
+        """The conflict every store reports: the ref's expected and found values."""
+        return cls(f"{key} changed concurrently: expected {_show(expected)}, found {_show(found)}")
+
+
+def _show(value: bytes | None) -> str:
+    return "nothing" if value is None else value.decode(errors="replace")
+
 
 class InvalidKeyError(OdfError, ValueError):
     """A key that could escape the store (`..`, absolute paths, empty parts)."""
