@@ -29,11 +29,9 @@ from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.writer import SOURCE_EVENT_TIME_COLUMN
-from airflow_odf.utils.engine_json import Vocab
+from airflow_odf.utils.engine_json import NEEDS_PREVIOUS_DATA, Vocab
 
 ROW_COLUMN = "__odf_row"
-# the engine contract's error kind: "send the previous slices you withheld" (docs/engine-contract.md)
-NEEDS_PREVIOUS_DATA = "needs-previous-data"
 
 OP_APPEND, OP_RETRACT, OP_CORRECT_FROM, OP_CORRECT_TO = 0, 1, 2, 3
 

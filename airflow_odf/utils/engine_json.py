@@ -8,6 +8,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+# a response's error kind: the engine cannot use the checkpoint of a request whose previous slices were
+# withheld (`prev_data_withheld`), and asks for them (docs/engine-contract.md)
+NEEDS_PREVIOUS_DATA = "needs-previous-data"
+
 
 @dataclass(frozen=True)
 class TypeWidening:

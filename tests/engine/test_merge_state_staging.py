@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.engine.merge import NEEDS_PREVIOUS_DATA, load_state, write_state
+from airflow_odf.engine.merge import load_state, write_state
 from airflow_odf.odf.chain.data_access import tail
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.format import model
@@ -28,6 +28,7 @@ from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.s3 import S3ObjectStore
+from airflow_odf.utils.engine_json import NEEDS_PREVIOUS_DATA
 from tests.sharing.conftest import _fake_aws_environment, moto_endpoint, s3_admin, s3_bucket  # noqa: F401
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")

@@ -18,7 +18,7 @@ import pytest
 from airflow_odf.odf.chain.dataset import Dataset, fold
 from airflow_odf.odf.chain.rules import ChainState, SliceIndex
 from airflow_odf.odf.chain.summary import FORMAT_VERSION, SUMMARY_KEY, state_to_json
-from airflow_odf.odf.engine_client.contract import NEEDS_PREVIOUS_DATA, IngestRequest
+from airflow_odf.odf.engine_client.contract import IngestRequest
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
@@ -26,6 +26,7 @@ from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.operation import IngestError
 from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.utils.engine_json import NEEDS_PREVIOUS_DATA
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
 NAME = "com.acme.orders"

@@ -23,7 +23,6 @@ from airflow_odf.utils.engine_json import TypeWidening, Vocab
 CONTRACT_VERSION = 1
 BAD_RECORDS_FAIL = "fail"
 BAD_RECORDS_QUARANTINE = "quarantine"
-NEEDS_PREVIOUS_DATA = "needs-previous-data"  # error kind: send the withheld previous slices
 
 
 class EngineContractError(OdfError):

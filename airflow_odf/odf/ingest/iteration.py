@@ -15,7 +15,6 @@ from typing import Any
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
-    NEEDS_PREVIOUS_DATA,
     IngestRequest,
     IngestResponse,
     InputFile,
@@ -40,6 +39,7 @@ from airflow_odf.odf.operation import (
 )
 from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
 from airflow_odf.odf.schema.evolution import odf_schema
+from airflow_odf.utils.engine_json import NEEDS_PREVIOUS_DATA
 
 ENGINE_EXTRA_KEY = "airflow-provider-odf.dev/engine"
 _STATEFUL_MERGES = ("Ledger", "Snapshot", "UpsertStream")
