@@ -114,6 +114,19 @@ class ChainState:
         stale."""
         return self.checkpoint is not None and self.data_checkpoint == self.checkpoint.physical_hash
 
+    def without_data(self) -> ChainState:
+        """The state a chain of this one's metadata alone has: no data, offsets, checkpoint, watermark or
+        transform progress (what a derivative rebuilt from scratch starts from)."""
+        return dataclasses.replace(
+            self,
+            last_offset=None,
+            checkpoint=None,
+            watermark=None,
+            transform_inputs={},
+            data_slices=SliceIndex(),
+            data_checkpoint=None,
+        )
+
     def latest_event(self, cls: type) -> Any:
         """The current value of a "set" event kind (SetVocab, SetInfo, ...), or None."""
         return {

@@ -12,7 +12,6 @@ head move as the first re-processed batch.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
-from airflow_odf.odf.chain.rules import ChainState, SliceIndex
+from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
     IngestResponse,
     TransformInputSpec,
@@ -330,15 +329,7 @@ def _run_batch(
     onto = None
     if rebuild:  # the state the metadata-only chain will have: no data, offsets, checkpoint or watermark
         kept, onto = _metadata_only(dataset)
-        state = dataclasses.replace(
-            state,
-            last_offset=None,
-            checkpoint=None,
-            watermark=None,
-            transform_inputs={},
-            data_slices=SliceIndex(),
-            data_checkpoint=None,
-        )
+        state = state.without_data()
     with operation_dir(options.work_dir) as op_dir:
         output = execute_batch(
             repo,
