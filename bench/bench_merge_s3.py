@@ -34,6 +34,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from machine_info import cpu_model
+
 HERE = Path(__file__).resolve().parent
 REGION, ACCESS_KEY, SECRET_KEY = "us-east-1", "bench-access-key", "bench-secret-key"
 NAME = "com.acme.orders"
@@ -143,7 +145,8 @@ def measure(code: Path, endpoint: str, bucket: str, slices: int, rows: int) -> d
 def machine() -> str:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (
-        f"{platform.platform()}, nproc {os.cpu_count()}, {memory:.1f} GiB, Python {platform.python_version()}"
+        f"{platform.platform()}, {cpu_model()}, nproc {os.cpu_count()}, {memory:.1f} GiB, "
+        f"Python {platform.python_version()}"
     )
 
 
