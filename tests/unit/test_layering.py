@@ -33,6 +33,7 @@ CORE_LEVELS = {
     "engine_client": 2,
     "format": 1,
     "storage": 1,
+    "limits": 0,
     "errors": 0,
 }
 
