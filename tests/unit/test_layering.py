@@ -22,18 +22,18 @@ PACKAGE_DIR = Path(airflow_odf.__file__).parent
 
 # the core's packages, top to bottom: a package may import only from lower levels and from itself
 CORE_LEVELS = {
-    "ingest": 6,
-    "transform": 6,
-    "sharing": 6,
-    "operation": 5,
-    "repo": 4,
-    "chain": 3,
-    "schema": 2,
-    "hashing": 2,
-    "engine_client": 2,
-    "format": 1,
-    "storage": 1,
-    "limits": 0,
+    "ingest": 7,
+    "transform": 7,
+    "sharing": 7,
+    "operation": 6,
+    "repo": 5,
+    "chain": 4,
+    "schema": 3,
+    "hashing": 3,
+    "engine_client": 3,
+    "format": 2,
+    "storage": 2,
+    "limits": 1,
     "errors": 0,
 }
 
