@@ -139,6 +139,43 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "http://127.0.0.1:8080/{dataset_name}/blocks/{head}",
                         "default": "",
                     },
+                    # The source trust options default to None (unset), so that the environment
+                    # variables named in their descriptions still apply (airflow_odf.source_trust).
+                    "allow_shell_steps": {
+                        "description": "Run Pipe prepare steps: any program a source manifest names, on the "
+                        "worker. Unset: ODF_ALLOW_SHELL_STEPS, else off. A task's allow_shell_steps wins.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": None,
+                    },
+                    "allow_container_sources": {
+                        "description": "Run Container fetch steps: any image a source manifest names, with "
+                        "the worker's docker/podman. Unset: ODF_ALLOW_CONTAINER_SOURCES, else off. A task's "
+                        "allow_container_sources wins.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": None,
+                    },
+                    "template_env_allow": {
+                        "description": "The worker's environment variables ${{ env.NAME }} templates may "
+                        "read (and Container steps pass through): names and NAME* prefixes, comma separated; "
+                        "* allows all (secrets included). Unset: ODF_TEMPLATE_ENV_ALLOW, else ODF_*.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "ODF_*, RATES_TOKEN",
+                        "default": None,
+                    },
+                    "local_source_dirs": {
+                        "description": "Directories file:// URLs and FilesGlob paths may read, separated by "
+                        "the OS path separator (:). Unset: ODF_LOCAL_SOURCE_DIRS, else the task's source_dir "
+                        "(or the working directory).",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "/data/landing:/data/exports",
+                        "default": None,
+                    },
                 },
             }
         },

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from airflow_odf.cli.engine import LazyRunner, engine_options
-from airflow_odf.cli.errors import CommandError
+from airflow_odf.cli.errors import CommandError, positive_int
 from airflow_odf.cli.sync import add_pull_options, cmd_remote_pull, is_remote_pull
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.timestamps import Timestamp
@@ -32,6 +32,7 @@ from airflow_odf.odf.schema.policy import SCHEMA_POLICIES, STRICT
 if TYPE_CHECKING:  # the data modules load pyarrow: only the data commands pay for it
     from airflow_odf.odf.engine_client.runner import EngineRunner
     from airflow_odf.odf.ingest.options import IngestOptions
+    from airflow_odf.odf.ingest.trust import SourceTrust
     from airflow_odf.odf.operation import IngestResult
 
 
@@ -55,6 +56,46 @@ def _options(args: argparse.Namespace, repo: Repository, **kwargs: Any) -> Inges
         log=lambda line: print(line, file=sys.stderr),
         **kwargs,
     )
+
+
+def source_trust(args: argparse.Namespace) -> SourceTrust:
+    """What the source's manifest may do: the flags of `trust_options()`, else the environment."""
+    from airflow_odf.odf.ingest.trust import SourceTrust
+
+    return SourceTrust.resolve(
+        allow_shell_steps=args.allow_shell_steps,
+        allow_container_sources=args.allow_container_sources,
+        template_env_allow=args.allow_env,
+        local_source_dirs=args.source_root,
+    )
+
+
+def trust_options() -> argparse.ArgumentParser:
+    """The flags of the commands that run a polling source (`pull`, `schema infer`)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("what the source's manifest may do (default: the ODF_* variables)")
+    group.add_argument(
+        "--allow-shell-steps", action="store_true", default=None, help="run Pipe prepare steps (any program)"
+    )
+    group.add_argument(
+        "--allow-container-sources",
+        action="store_true",
+        default=None,
+        help="run Container fetch steps (any image, with docker/podman)",
+    )
+    group.add_argument(
+        "--allow-env",
+        action="append",
+        metavar="NAME",
+        help="a variable ${{ env.NAME }} may read: NAME, PREFIX* or * (repeatable; default ODF_*)",
+    )
+    group.add_argument(
+        "--source-root",
+        action="append",
+        metavar="DIR",
+        help="a directory file:// and FilesGlob sources may read (repeatable; default: working directory)",
+    )
+    return parser
 
 
 def _report(args: argparse.Namespace, result: IngestResult) -> None:
@@ -105,6 +146,7 @@ def _pull_one(
             fetch_uncacheable=args.fetch_uncacheable,
             set_watermark=_timestamp(args.set_watermark, "--set-watermark"),
             files_per_batch=args.files_per_batch,
+            trust=source_trust(args),
         )
         return pull_polling(repo.dataset_by_id(planned.dataset_id), planned.name, runner, options)
     head = None if planned.head is None else str(planned.head)
@@ -262,7 +304,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     )
     p = groups.add_parser(
         "pull",
-        parents=[repo_arg, engine_arg, ingest_arg, transform_arg],
+        parents=[repo_arg, engine_arg, ingest_arg, transform_arg, trust_options()],
         help="bring datasets up to date: ingest roots from their polling source, transform derivatives",
     )
     p.add_argument("names", nargs="*", metavar="NAME")
@@ -306,6 +348,6 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_transform)
     p = groups.add_parser("tail", parents=[repo_arg], help="print a dataset's last records")
     p.add_argument("name")
-    p.add_argument("-n", type=int, default=10)
+    p.add_argument("-n", type=positive_int, default=10, help="how many records (at least 1; default 10)")
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
     p.set_defaults(func=cmd_tail)

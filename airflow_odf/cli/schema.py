@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from airflow_odf.cli.data import source_trust, trust_options
 from airflow_odf.cli.engine import LazyRunner, engine_options
 from airflow_odf.cli.errors import SchemaCommandError, VerificationFailed
 from airflow_odf.odf.format import model
@@ -118,7 +119,7 @@ def cmd_infer(args: argparse.Namespace) -> None:
         dataset,
         args.name,
         LazyRunner(args),
-        InferOptions(work_dir=repo.work_dir, log=_note),
+        InferOptions(work_dir=repo.work_dir, trust=source_trust(args), log=_note),
         files=[Path(f) for f in args.files],
         source_name=args.source,
         commit=args.commit,
@@ -200,7 +201,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
 
     p = schema.add_parser(
         "infer",
-        parents=[repo_arg, format_arg, engine_options()],
+        parents=[repo_arg, format_arg, engine_options(), trust_options()],
         help="the schema the first ingest of a sample would record (from the source, or the given files)",
     )
     p.add_argument("name")

@@ -20,6 +20,7 @@ from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.operation import IngestResult, committed_with_extra
 from airflow_odf.odf.schema.policy import SCHEMA_POLICIES
 from airflow_odf.operators.base import RUN_EXTRA_KEY, OdfBaseOperator, default_schema_policy
+from airflow_odf.source_trust import SourceTrustArguments
 
 
 class _IngestOperator(OdfBaseOperator):
@@ -76,7 +77,7 @@ class _IngestOperator(OdfBaseOperator):
         return self.report(context, result.as_dict())
 
 
-class OdfIngestOperator(_IngestOperator):
+class OdfIngestOperator(SourceTrustArguments, _IngestOperator):
     """Ingests from the dataset's polling source (SetPollingSource) until it has nothing new.
 
     :param dataset: the root dataset's name in the repository of `odf_conn_id`.
@@ -84,7 +85,12 @@ class OdfIngestOperator(_IngestOperator):
     :param set_watermark: advance the watermark to this RFC 3339 time (templated).
     :param files_per_batch: FilesGlob: files per AddData block.
     :param source_dir: the directory relative FilesGlob paths are resolved against (templated; default:
-        the worker's working directory).
+        the worker's working directory); also the one local sources may read unless `local_source_dirs`
+        (or `[odf] local_source_dirs`) says otherwise.
+
+    What the source's manifest may do: `allow_shell_steps`, `allow_container_sources`,
+    `template_env_allow`, `local_source_dirs` (see `SourceTrustArguments`; default: `[odf]`, then the
+    environment, then off / `ODF_*` / `source_dir`).
     """
 
     template_fields = ("dataset", "set_watermark", "source_dir")
@@ -120,6 +126,7 @@ class OdfIngestOperator(_IngestOperator):
             set_watermark=watermark,
             files_per_batch=self.files_per_batch,
             source_dir=Path(self.source_dir) if self.source_dir else None,
+            trust=self.call(self.source_trust),
         )
         result = self.call(lambda: pull_polling(dataset, self.dataset, self.runner(), options))
         if landed is not None:

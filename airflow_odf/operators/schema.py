@@ -16,17 +16,23 @@ from airflow_odf.odf.ingest.schema_inference import InferOptions, infer_schema
 from airflow_odf.odf.repo.schema_migration import migrate_schema
 from airflow_odf.odf.schema.text import schema_yaml
 from airflow_odf.operators.base import OdfBaseOperator
+from airflow_odf.source_trust import SourceTrustArguments
 
 
-class OdfInferSchemaOperator(OdfBaseOperator):
+class OdfInferSchemaOperator(SourceTrustArguments, OdfBaseOperator):
     """The ODF schema the dataset's first ingest would record, from a sample; optionally committed.
 
     :param files: sample files for a push source (templated); a polling source samples its first batch.
     :param source_name: the push source, when the dataset has several.
     :param commit: record the schema (SetDataSchema) before any data, if the dataset has none yet.
+    :param source_dir: where relative FilesGlob paths of the polling source resolve (templated), as for
+        the ingest task.
+
+    Sampling a polling source runs it as the ingest would, under the same trust arguments
+    (`allow_shell_steps`, `allow_container_sources`, `template_env_allow`, `local_source_dirs`).
     """
 
-    template_fields = ("dataset", "files")
+    template_fields = ("dataset", "files", "source_dir")
 
     def __init__(
         self,
@@ -34,18 +40,25 @@ class OdfInferSchemaOperator(OdfBaseOperator):
         files: Sequence[str] | None = None,
         source_name: str | None = None,
         commit: bool = False,
+        source_dir: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.files = list(files or [])
         self.source_name = source_name
         self.commit = commit
+        self.source_dir = source_dir
 
     def execute(self, context: Context) -> dict[str, Any]:
         repo = self.repository()
         dataset = self.call(lambda: repo.dataset(self.dataset))
         prev = dataset.head()
-        options = InferOptions(work_dir=self.work_dir(repo), log=self.log.info)
+        options = InferOptions(
+            work_dir=self.work_dir(repo),
+            source_dir=Path(self.source_dir) if self.source_dir else None,
+            trust=self.call(self.source_trust),
+            log=self.log.info,
+        )
         result = self.call(
             lambda: infer_schema(
                 dataset,

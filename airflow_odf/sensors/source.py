@@ -13,10 +13,11 @@ from typing import Any
 from airflow.sdk import Context, PokeReturnValue
 
 from airflow_odf.sensors.base import OdfBaseSensor
+from airflow_odf.source_trust import SourceTrustArguments
 from airflow_odf.triggers.source import OdfSourceChangedTrigger, source_status
 
 
-class OdfSourceChangedSensor(OdfBaseSensor):
+class OdfSourceChangedSensor(SourceTrustArguments, OdfBaseSensor):
     """Succeeds when the polling source (SetPollingSource) of `dataset` has new data.
 
     XCom: `{dataset, dataset_id, changed, reason}`. A missing source (HTTP 404, no matching file) is
@@ -26,6 +27,9 @@ class OdfSourceChangedSensor(OdfBaseSensor):
     :param source_dir: where relative FilesGlob paths are resolved, as for the ingest task (templated).
     :param request_timeout: seconds an HTTP source has to answer.
     :param deferrable: wait in the triggerer (`OdfSourceChangedTrigger`) instead of poking from a worker.
+
+    The check obeys the same trust arguments as the ingest task (`template_env_allow`,
+    `local_source_dirs`, `allow_container_sources`; `SourceTrustArguments`), resolved where it runs.
     """
 
     template_fields = ("dataset", "source_dir")
@@ -47,6 +51,7 @@ class OdfSourceChangedSensor(OdfBaseSensor):
                 self.dataset,
                 source_dir=self.source_dir,
                 request_timeout=self.request_timeout,
+                trust=self.trust_arguments(),
                 log=self.log.info,
             )
         )
@@ -61,4 +66,5 @@ class OdfSourceChangedSensor(OdfBaseSensor):
             end_time=end_time,
             source_dir=self.source_dir,
             request_timeout=self.request_timeout,
+            trust=self.trust_arguments(),
         )

@@ -88,13 +88,14 @@ def test_pull_polling_source_and_errors(
     source = f"      fetch:\n        kind: FilesGlob\n        path: {src}/*.csv"
     _add(repo, tmp_path, "polled", "SetPollingSource", source)
     capsys.readouterr()
-    assert main(["pull", "--repo", str(repo), "polled", "--format", "json", "--master", "local[2]"]) == 0
+    pull = ["pull", "--repo", str(repo), "polled", "--master", "local[2]", "--source-root", str(src)]
+    assert main([*pull, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["records"] == 1
-    assert main(["pull", "--repo", str(repo), "polled", "--master", "local[2]"]) == 0
+    assert main(pull) == 0
     assert "up to date" in capsys.readouterr().out
 
     (src / "b.csv").write_text("event_time,city,population\nnot-a-time,B,2\n")
-    assert main(["pull", "--repo", str(repo), "polled", "--master", "local[2]"]) == 2
+    assert main(pull) == 2
     err = capsys.readouterr().err
     assert "b.csv" in err and "line 2" in err and "Traceback" not in err
     assert main(["pull", "--repo", str(repo), "polled", "--set-watermark", "yesterday"]) == 2

@@ -43,7 +43,8 @@ def repo(tmp_path: Path) -> Repository:
 
 
 def _options(tmp_path: Path, **kwargs: Any) -> IngestOptions:
-    return IngestOptions(work_dir=tmp_path / "work", **kwargs)
+    """The test's directory is the task's source_dir: the one its local sources may read."""
+    return IngestOptions(work_dir=tmp_path / "work", source_dir=tmp_path, **kwargs)
 
 
 def _push_dataset(repo: Repository, name: str, read: Any, merge: Any, *extra: Any) -> Dataset:

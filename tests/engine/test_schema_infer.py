@@ -191,13 +191,13 @@ def test_a_polling_source_is_sampled_like_its_first_ingest(
     )
     dataset = _dataset(repo, "obs", polling)
     head = dataset.head()
-    inferred = infer_schema(dataset, "obs", runner, InferOptions(tmp_path / "work"))
+    inferred = infer_schema(dataset, "obs", runner, InferOptions(tmp_path / "work", source_dir=src))
     assert inferred.sample == [str(src / "obs-1.csv")]  # the first batch, as a first pull takes it
     assert dataset.head() == head and dataset.state().source_states == {}
     assert not any((tmp_path / "work" / "operations").iterdir())  # the scratch space is gone
-    pull_polling(dataset, "obs", runner, IngestOptions(work_dir=tmp_path / "work"), system_time=T1)
+    pull_polling(dataset, "obs", runner, IngestOptions(tmp_path / "work", source_dir=src), system_time=T1)
     assert _recorded(dataset) == inferred.schema
-    assert infer_schema(dataset, "obs", runner, InferOptions(tmp_path / "work")).changes == []
+    assert infer_schema(dataset, "obs", runner, InferOptions(tmp_path / "work", source_dir=src)).changes == []
 
 
 def test_the_engine_answers_an_infer_request_without_writing(spark: SparkSession, tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ from airflow_odf.odf.ingest.fetch.fetcher import (
 )
 from airflow_odf.odf.ingest.fetch.templating import TemplateError, render
 from airflow_odf.odf.ingest.fetch.time_formats import java_to_strftime, parse_timestamp
+from airflow_odf.odf.ingest.trust import SourceTrust
 
 SYSTEM_TIME = Timestamp.parse("2050-01-01T00:00:00Z")
 LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
@@ -61,7 +62,10 @@ def last_modified(value: str) -> SourceState:
 
 
 def options(tmp_path: Path, logs: list[str] | None = None, **kwargs: object) -> FetchOptions:
+    """Options of a deployment that trusts these tests' manifests: Container sources on, local files
+    under `tmp_path` (tests/unit/test_source_trust.py tests what is refused)."""
     log = logs.append if logs is not None else (lambda _line: None)
+    kwargs.setdefault("trust", SourceTrust(allow_container_sources=True, local_source_dirs=(tmp_path,)))
     return FetchOptions(cache_dir=tmp_path / "cache", log=log, **kwargs)  # type: ignore[arg-type]
 
 
@@ -542,12 +546,12 @@ def test_timestamp_format_errors() -> None:
 
 def test_templates() -> None:
     env = {"A": "1", "EMPTY": ""}
-    assert render("x${{ env.A }}y${{env.B || 'two'}}z${{ env.EMPTY || 'd' }}", env, "f") == "x1ytwoz"
-    assert render("no templates, ${ env.A }", env, "f") == "no templates, ${ env.A }"
+    assert render("x${{ env.A }}y${{env.B || 'two'}}z${{ env.EMPTY || 'd' }}", env.get, "f") == "x1ytwoz"
+    assert render("no templates, ${ env.A }", env.get, "f") == "no templates, ${ env.A }"
     with pytest.raises(TemplateError, match=r"^f: environment variable B is not set"):
-        render("${{ env.B }}", env, "f")
+        render("${{ env.B }}", env.get, "f")
     with pytest.raises(TemplateError, match=r"^f: unsupported template '\$\{\{ secrets.B \}\}'"):
-        render("${{ secrets.B }}", env, "f")
+        render("${{ secrets.B }}", env.get, "f")
 
 
 def test_template_defaults_to_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -588,19 +592,21 @@ if argv[0] == "info":
     sys.exit(0)
 assert argv[:2] == ["run", "--rm"], argv
 i, names, volume, entrypoint = 2, [], None, None
-while argv[i].startswith("-"):
+while argv[i] != "--":  # the options end with `--`, as docker and podman allow
+    if argv[i].startswith("--entrypoint="):
+        entrypoint = argv[i].partition("=")[2]
+        i += 1
+        continue
     flag, value = argv[i], argv[i + 1]
     i += 2
     if flag == "-v":
         volume = value
     elif flag == "-e":
         names.append(value)
-    elif flag == "--entrypoint":
-        entrypoint = value
 host_dir, container_dir = volume.rsplit(":", 1)
 env = {{"PATH": os.environ["PATH"]}}
 env.update({{n: os.environ[n].replace(container_dir, host_dir) for n in names}})
-image, rest = argv[i], argv[i + 1:]
+image, rest = argv[i + 1], argv[i + 2:]
 sys.exit(subprocess.call([entrypoint or image, *rest], env=env))
 """
 
@@ -676,8 +682,8 @@ def test_container_pages_with_state_and_has_more(tmp_path: Path, fake_docker: Pa
     calls = [json.loads(line) for line in fake_docker.read_text().splitlines()]
     assert [c[0] for c in calls] == ["info", "run", "run", "run", "run"]  # the engine is probed once
     run = calls[1]
-    assert run[run.index("--entrypoint") + 1] == str(tmp_path / "fetcher.py")
-    assert run[-2:] == ["ghcr.io/example/fetcher:1", "pages"]
+    assert f"--entrypoint={tmp_path / 'fetcher.py'}" in run
+    assert run[-3:] == ["--", "ghcr.io/example/fetcher:1", "pages"]
     assert run[run.index("-v") + 1].endswith(":/opt/odf/out")
     passed = {run[i + 1] for i, arg in enumerate(run) if arg == "-e"}
     assert passed == {

@@ -19,6 +19,7 @@ from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
 from airflow_odf.odf.ingest.fetch.templating import TemplateError
 from airflow_odf.odf.ingest.fetch.types import SourceUnreachableError, file_mtime
 from airflow_odf.odf.ingest.source_check import SourceCheckError, check_source
+from airflow_odf.odf.ingest.trust import SourceTrust
 from airflow_odf.odf.repo.repository import Repository
 
 LAST_MODIFIED = "Wed, 21 Oct 2015 07:28:00 GMT"
@@ -251,20 +252,20 @@ def test_file_url_by_modification_time(tmp_path: Path) -> None:
     data = tmp_path / "prices.csv"
     data.write_text("a\n1\n")
     dataset = root(tmp_path, model.FetchStepUrl(url=data.as_uri()))
-    assert check_source(dataset, "prices").changed
+    assert check_source(dataset, "prices", source_dir=tmp_path).changed
 
     ingested(dataset, last_modified(file_mtime(data.stat()).isoformat()))
-    assert not check_source(dataset, "prices").changed
+    assert not check_source(dataset, "prices", source_dir=tmp_path).changed
 
     later = data.stat().st_mtime_ns + 5_000_000_000
     os.utime(data, ns=(later, later))
-    check = check_source(dataset, "prices")
+    check = check_source(dataset, "prices", source_dir=tmp_path)
     assert check.changed and "modified at" in check.reason
 
 
 def test_missing_file_url_is_no_new_data(tmp_path: Path) -> None:
     dataset = root(tmp_path, model.FetchStepUrl(url=(tmp_path / "absent.csv").as_uri()))
-    check = check_source(dataset, "prices")
+    check = check_source(dataset, "prices", source_dir=tmp_path)
     assert not check.changed and "does not exist" in check.reason
 
 
@@ -313,9 +314,9 @@ def test_glob_by_event_time_uses_the_ingest_order(tmp_path: Path) -> None:
     ingested(dataset, etag("data-10-01-2024.csv"))
     (inbox / "data-09-01-2024.csv").write_text("a\n1\n")  # older by name and by time
     (inbox / "data-11-01-2023.csv").write_text("a\n1\n")  # newer by name, older by time
-    assert not check_source(dataset, "data").changed
+    assert not check_source(dataset, "data", source_dir=tmp_path).changed
     (inbox / "data-01-02-2024.csv").write_text("a\n1\n")  # older by name, newer by time
-    check = check_source(dataset, "data")
+    check = check_source(dataset, "data", source_dir=tmp_path)
     assert check.changed and "data-01-02-2024.csv" in check.reason
 
 
@@ -327,7 +328,7 @@ def test_glob_by_event_time_uses_the_ingest_order(tmp_path: Path) -> None:
 def test_container_source_is_unknown_so_yes(tmp_path: Path) -> None:
     dataset = root(tmp_path, model.FetchStepContainer(image="example/fetch:1"))
     ingested(dataset, etag("page-3"))
-    check = check_source(dataset, "feed")
+    check = check_source(dataset, "feed", trust=SourceTrust(allow_container_sources=True))
     assert check.changed and "Container" in check.reason
 
 

@@ -10,6 +10,7 @@ import pytest
 from airflow_odf.odf.format.manifests import load_manifests
 from airflow_odf.odf.format.model import SetPollingSource
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
+from airflow_odf.odf.ingest.trust import SourceTrust
 from tests.paths import REPO
 
 DOC = REPO / "docs" / "sources.md"
@@ -26,7 +27,8 @@ def test_doc_manifests_make_valid_sources(text: str, tmp_path: Path) -> None:
     sources = [e for e in manifest.content.metadata if isinstance(e, SetPollingSource)]
     assert sources
     for source in sources:
-        SourceFetcher(source.fetch, FetchOptions(cache_dir=tmp_path))
+        trust = SourceTrust(allow_container_sources=True)  # the Container example needs them on
+        SourceFetcher(source.fetch, FetchOptions(cache_dir=tmp_path, trust=trust))
 
 
 def test_doc_python_example_runs() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,10 +10,10 @@ from typing import Any
 
 from airflow_odf.odf.engine_client.contract import BAD_RECORDS_FAIL
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.trust import SourceTrust
 from airflow_odf.odf.schema.policy import STRICT
 
 _log = logging.getLogger("airflow_odf.odf.ingest")
-SHELL_STEPS_ENV = "ODF_ALLOW_SHELL_STEPS"
 
 
 @dataclass(frozen=True)
@@ -24,6 +23,8 @@ class IngestOptions:
     `extra` is recorded in every AddData's `extra` attributes (e.g. the Airflow run that committed it).
     `schema_policy` (`strict` or `additive`) decides whether new data may evolve the schema.
     `source_dir` is where relative FilesGlob paths are resolved (default: the working directory).
+    `trust` is what the source's manifest may do (shell steps, Container sources, which variables its
+    templates read, which local directories it reads); by default what the environment allows.
     """
 
     work_dir: Path
@@ -33,7 +34,7 @@ class IngestOptions:
     max_records_per_slice: int | None = None
     target_slice_bytes: int = 1024 * 1024 * 1024
     bad_records: str = BAD_RECORDS_FAIL
-    allow_shell: bool = field(default_factory=lambda: os.environ.get(SHELL_STEPS_ENV) == "1")
+    trust: SourceTrust = field(default_factory=SourceTrust.resolve)
     max_iterations: int | None = None
     extra: dict[str, Any] | None = None
     schema_policy: str = STRICT

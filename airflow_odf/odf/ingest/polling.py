@@ -39,12 +39,13 @@ def pull_polling(
             has_previous_data=state.last_offset is not None,
             fetch_uncacheable=options.fetch_uncacheable,
             files_per_batch=options.files_per_batch,
-            allow_shell=options.allow_shell,
             base_dir=options.source_dir,
+            trust=options.trust,
             log=options.log,
         ),
     )
     run = Run(dataset, runner, options, result)
+    allow_shell = options.trust.allow_shell_steps
     iteration = 0
     while options.max_iterations is None or iteration < options.max_iterations:
         iteration += 1
@@ -61,7 +62,7 @@ def pull_polling(
                     InputFile(
                         # absolute: the engine's working directory is not ours (a session started elsewhere)
                         os.path.abspath(
-                            prepare(source.prepare or [], f.path, op_dir, allow_shell=options.allow_shell)
+                            prepare(source.prepare or [], f.path, op_dir, allow_shell=allow_shell)
                         ),
                         (f.source_event_time or now).isoformat(),
                     )

@@ -2,7 +2,7 @@
 
 Each step reads the previous file and writes a new one in `work_dir`, streaming, so archives larger
 than memory are fine. `Pipe` runs an arbitrary command on the coordinator, so it is refused unless the
-caller enables shell steps (the ingest layer does so when `ODF_ALLOW_SHELL_STEPS=1`).
+caller enables shell steps (the ingest layer does so when its `SourceTrust` allows them).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from pathlib import Path
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.model import CompressionFormat, PrepStep, PrepStepDecompress, PrepStepPipe
 from airflow_odf.odf.ingest.processes import log_tail, run_to_files
+from airflow_odf.odf.ingest.trust import SHELL_STEPS_HINT
 
-ALLOW_SHELL_ENV = "ODF_ALLOW_SHELL_STEPS"
 _COPY_BUFFER = 1024 * 1024
 _GLOB_CHARS = re.compile(r"[*?\[]")
 _UNSAFE_ENTRY = re.compile(r"^[/\\]|^[A-Za-z]:|(^|[/\\])\.\.([/\\]|$)")
@@ -115,8 +115,8 @@ def _pipe(
     if not allow_shell:
         raise PrepareError(
             f"{where}: Pipe step {shlex.join(command)!r} is disabled: shell steps run arbitrary commands "
-            f"on the coordinator. Enable them with {ALLOW_SHELL_ENV}=1 in the ingest task's environment "
-            "(or allow_shell=True when calling prepare())"
+            f"on the coordinator. For manifests you trust, enable them with {SHELL_STEPS_HINT} "
+            "(allow_shell=True when calling prepare())"
         )
     if not command:
         raise PrepareError(f"{where}.command: is empty; expected a program and its arguments")

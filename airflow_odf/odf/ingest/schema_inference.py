@@ -31,9 +31,9 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import union_to_plain
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
-from airflow_odf.odf.ingest.options import SHELL_STEPS_ENV
 from airflow_odf.odf.ingest.prepare import prepare
 from airflow_odf.odf.ingest.sources import Source, push_source
+from airflow_odf.odf.ingest.trust import SourceTrust
 from airflow_odf.odf.operation import IngestError, operation_dir, read_schema_text, sql_steps
 from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, strip_encoding
 from airflow_odf.odf.schema.evolution import SchemaChange, diff_schemas, odf_schema
@@ -47,10 +47,11 @@ class SchemaInferenceError(IngestError):
 
 @dataclass(frozen=True)
 class InferOptions:
-    """Scratch space and the prepare-step switch (the same as ingest's)."""
+    """Scratch space, where relative FilesGlob paths resolve and what the manifest may do (as ingest's)."""
 
     work_dir: Path
-    allow_shell: bool = field(default_factory=lambda: os.environ.get(SHELL_STEPS_ENV) == "1")
+    source_dir: Path | None = None
+    trust: SourceTrust = field(default_factory=SourceTrust.resolve)
     log: Callable[[str], None] = _log.info
 
 
@@ -149,7 +150,8 @@ def _sample(
             FetchOptions(
                 cache_dir=op_dir / "fetch",
                 fetch_uncacheable=True,
-                allow_shell=options.allow_shell,
+                base_dir=options.source_dir,
+                trust=options.trust,
                 log=options.log,
             ),
         )
@@ -157,8 +159,9 @@ def _sample(
         if not fetched.files:
             raise SchemaInferenceError("no-sample", f"{alias}: the source has no data to take a sample from")
         sample = [(f.path, f.source_event_time or now) for f in fetched.files]
+    allow_shell = options.trust.allow_shell_steps
     return [
-        InputFile(str(prepare(source.prepare, path, op_dir, allow_shell=options.allow_shell)), t.isoformat())
+        InputFile(str(prepare(source.prepare, path, op_dir, allow_shell=allow_shell)), t.isoformat())
         for path, t in sample
     ]
 

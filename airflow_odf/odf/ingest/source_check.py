@@ -5,7 +5,8 @@ conditional request carrying the ETag / Last-Modified recorded in the dataset's 
 is never read), a FilesGlob source is listed and compared with the last ingested file name, in the
 order the ingest uses. Sources that can only tell by running (Container), or that gave no caching
 headers last time, are "unknown", which answers yes: the ingest that follows finds out, and commits
-nothing if there was nothing.
+nothing if there was nothing. The check obeys the same `SourceTrust` as the ingest: it reads only
+allowed variables and local directories, and a disallowed Container source is refused here already.
 """
 
 from __future__ import annotations
@@ -20,9 +21,11 @@ from typing import Any
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
+from airflow_odf.odf.ingest.fetch.container import ContainerSource
 from airflow_odf.odf.ingest.fetch.files_glob import GlobSource
 from airflow_odf.odf.ingest.fetch.types import SOURCE_NAME, FetchOptions, SourceNotFoundError
 from airflow_odf.odf.ingest.fetch.url import UrlSource
+from airflow_odf.odf.ingest.trust import SourceTrust
 
 _log = logging.getLogger(__name__)
 #: A check downloads nothing; a fetch step that tried to would fail here instead of filling a cache.
@@ -50,14 +53,16 @@ def check_source(
     *,
     source_dir: Path | None = None,
     env: Mapping[str, str] | None = None,
+    trust: SourceTrust | None = None,
     timeout: float = 30.0,
     log: Callable[[str], None] = _log.info,
 ) -> SourceCheck:
     """Whether the polling source of `dataset` (named `alias` in messages) has data not ingested yet.
 
     `source_dir` resolves relative FilesGlob paths (as the ingest's), `env` fills `${{ env.NAME }}`
-    templates (default: the process environment). A missing source (HTTP 404, no matching file) is
-    "no new data"; an unreachable one raises `SourceUnreachableError` (retryable).
+    templates (default: the process environment, as far as `trust` allows; default trust: what the
+    environment variables allow). A missing source (HTTP 404, no matching file) is "no new data"; an
+    unreachable one raises `SourceUnreachableError` (retryable).
     """
     state = dataset.state()
     if state.kind is not model.DatasetKind.ROOT or state.polling_source is None:
@@ -71,6 +76,7 @@ def check_source(
         env=env,
         timeout=timeout,
         base_dir=source_dir,
+        trust=trust or SourceTrust.resolve(),
         log=log,
     )
     if ingested and isinstance(getattr(step, "cache", None), model.SourceCachingForever):
@@ -87,6 +93,8 @@ def check_source(
             return SourceCheck(changed, f"{alias}: {reason}")
         if isinstance(step, model.FetchStepFilesGlob):
             return _glob_check(GlobSource(step, options).pending(prev_state), prev_state, alias)
+        if isinstance(step, model.FetchStepContainer):
+            ContainerSource(step, options)  # refuses a step the ingest would refuse, runs nothing
     except SourceNotFoundError as e:
         return SourceCheck(False, f"{alias}: {e}")
     kind = type(step).__name__.removeprefix("FetchStep")

@@ -3,11 +3,17 @@
 The container writes the data to stdout and, under the volume `/opt/odf/out`, its new state (ETag or
 Last-Modified) and a "has more data" marker. It gets the previous state in `ODF_ETAG` /
 `ODF_LAST_MODIFIED` and a batch size hint in `ODF_BATCH_SIZE`.
+
+A Container step runs whatever image its manifest names, so it is refused unless the deployment allows
+Container sources (`SourceTrust.allow_container_sources`). Even then the manifest only chooses what
+runs inside the container: the image must be an image reference (never a runtime option such as
+`--privileged`), and its variables may not change how the runtime itself runs on the host.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -16,7 +22,6 @@ from pathlib import Path
 from airflow_odf.odf.errors import OdfFormatError
 from airflow_odf.odf.format.model import FetchStepContainer, SourceState
 from airflow_odf.odf.format.timestamps import Timestamp
-from airflow_odf.odf.ingest.fetch.templating import render
 from airflow_odf.odf.ingest.fetch.types import (
     STATE_ETAG,
     STATE_LAST_MODIFIED,
@@ -30,6 +35,7 @@ from airflow_odf.odf.ingest.fetch.types import (
     up_to_date,
 )
 from airflow_odf.odf.ingest.processes import log_tail, run_to_files
+from airflow_odf.odf.ingest.trust import CONTAINER_SOURCES_HINT
 
 RUNTIMES = ("docker", "podman")
 OUT_DIR = "/opt/odf/out"
@@ -38,11 +44,39 @@ _NEW_ETAG = "new-etag"
 _NEW_LAST_MODIFIED = "new-last-modified"
 _HAS_MORE_DATA = "has-more-data"
 
+MAX_IMAGE_CHARS = 512
+# docker's reference grammar (distribution/reference): [host[:port]/]path[:tag][@algorithm:hex]
+_HOST_COMPONENT = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_HOST = rf"(?:{_HOST_COMPONENT}(?:\.{_HOST_COMPONENT})*|\[[0-9a-fA-F:]+\])"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:{_HOST}(?::[0-9]+)?/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*"
+    r"(?::\w[\w.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
+)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+# Variables the runtime program (docker/podman, its Go runtime, the dynamic loader) reads on the host.
+# The container's variables travel in the runtime's environment, so these keep the host's own values.
+RUNTIME_VARIABLES = re.compile(
+    r"(?i:(?:HTTPS?|NO|ALL|FTP)_PROXY)|PATH|HOME|TMPDIR|SHELL|ENV|BASH_ENV|IFS|GCONV_PATH|GLIBC_TUNABLES"
+    r"|LOCPATH|NLSPATH|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN|REGISTRY_AUTH_FILE|SSL_CERT_(?:FILE|DIR)"
+    r"|GO(?:GC|MEMLIMIT|DEBUG|MAXPROCS|TRACEBACK|RACE|COVERDIR)"
+    r"|(?:LD|DYLD|MALLOC|DOCKER|CONTAINERS?|PODMAN|BUILDAH|STORAGE|XDG)_\w*",
+    re.ASCII,
+)
+
 
 class ContainerSource:
     """Runs the fetch image once per iteration; its stdout becomes the fetched file."""
 
     def __init__(self, step: FetchStepContainer, options: FetchOptions) -> None:
+        if not options.trust.allow_container_sources:
+            raise FetchError(
+                f"fetch: Container source {step.image[:MAX_IMAGE_CHARS]!r} is disabled: a Container step "
+                "runs whatever image its manifest names with the worker's docker/podman. For manifests you "
+                f"trust, enable Container sources with {CONTAINER_SOURCES_HINT}"
+            )
+        _check_step(step)
         self._step = step
         self._options = options
         self._runtime: str | None = None
@@ -111,26 +145,38 @@ class ContainerSource:
             "ODF_NEW_HAS_MORE_DATA_PATH": f"{OUT_DIR}/{_HAS_MORE_DATA}",
             "ODF_BATCH_SIZE": str(DEFAULT_BATCH_SIZE),
         }
-        host = self._options.environment()
+        options = self._options
         for i, var in enumerate(self._step.env or []):
+            where = f"fetch.env[{i}]"
             if var.value is not None:
-                env[var.name] = render(var.value, host, f"fetch.env[{i}].value")
-            elif var.name in host:
-                env[var.name] = host[var.name]
+                value = options.render(var.value, f"{where}.value")
+            elif (passed := options.variable(var.name, where)) is not None:
+                value = passed
             else:
                 raise FetchError(
-                    f"fetch.env[{i}]: {var.name} has no value and is not set in the environment; "
+                    f"{where}: {var.name} has no value and is not set in the environment; "
                     "expected a `value` or the variable set for the ingest task"
                 )
+            if RUNTIME_VARIABLES.fullmatch(var.name) and value != os.environ.get(var.name):
+                raise FetchError(
+                    f"{where}: {var.name} is also read by the container runtime on this host, where a "
+                    "manifest may not change it; expected it passed through unchanged (no `value`) or "
+                    "left out"
+                )
+            env[var.name] = value
         return env
 
     def _image_argv(self) -> list[str]:
-        """`[--entrypoint cmd0] image cmd1.. args..`: `command` replaces ENTRYPOINT, `args` replaces CMD."""
-        host = self._options.environment()
-        command = [render(c, host, f"fetch.command[{i}]") for i, c in enumerate(self._step.command or [])]
-        args = [render(a, host, f"fetch.args[{i}]") for i, a in enumerate(self._step.args or [])]
-        entrypoint = ["--entrypoint", command[0]] if command else []
-        return [*entrypoint, self._step.image, *command[1:], *args]
+        """`[--entrypoint=cmd0] -- image cmd1.. args..`: `command` replaces ENTRYPOINT, `args` replaces CMD.
+
+        `--` ends the runtime's options, so nothing of the manifest's is read as one."""
+        render = self._options.render
+        command = [render(c, f"fetch.command[{i}]") for i, c in enumerate(self._step.command or [])]
+        args = [render(a, f"fetch.args[{i}]") for i, a in enumerate(self._step.args or [])]
+        if command and not command[0]:
+            raise FetchError("fetch.command[0]: is empty; expected the program that replaces ENTRYPOINT")
+        entrypoint = [f"--entrypoint={command[0]}"] if command else []
+        return [*entrypoint, "--", self._step.image, *command[1:], *args]
 
     def _find_runtime(self) -> str:
         problems = []
@@ -171,3 +217,20 @@ class ContainerSource:
                 f"fetch.image: container {self._step.image} wrote {text!r} to ODF_NEW_LAST_MODIFIED_PATH; "
                 f"expected an RFC 3339 timestamp: {e}"
             ) from None
+
+
+def _check_step(step: FetchStepContainer) -> None:
+    """The image is an image reference and the variable names are names: neither can become an option
+    of the runtime's command line (`--privileged`, `-v /:/host`) nor set a value on it (`NAME=value`)."""
+    image = step.image
+    if len(image) > MAX_IMAGE_CHARS or not IMAGE_REFERENCE.fullmatch(image):
+        raise FetchError(
+            f"fetch.image: {image[:MAX_IMAGE_CHARS]!r} is not an image reference; expected "
+            "[registry[:port]/]name[:tag][@digest] (lowercase name, e.g. ghcr.io/acme/fetch:1.0)"
+        )
+    for i, var in enumerate(step.env or []):
+        if not ENV_NAME.fullmatch(var.name):
+            raise FetchError(
+                f"fetch.env[{i}].name: {var.name[:100]!r} is not a variable name; expected letters, digits "
+                "and _ (not starting with a digit)"
+            )

@@ -9,8 +9,6 @@ not the reference's O(n²).
 
 from __future__ import annotations
 
-import glob
-import os
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -25,6 +23,7 @@ from airflow_odf.odf.format.model import (
     SourceState,
 )
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.fetch.local_files import list_glob
 from airflow_odf.odf.ingest.fetch.time_formats import parse_timestamp
 from airflow_odf.odf.ingest.fetch.types import (
     STATE_ETAG,
@@ -44,7 +43,8 @@ SortKey = tuple[str] | tuple[Timestamp, str]
 
 @dataclass(frozen=True)
 class _Entry:
-    path: Path
+    path: Path  # as the glob matched it: its name is what the state records
+    real_path: Path  # what is read: the symlink-free path, checked to be in an allowed directory
     event_time: Timestamp | None  # parsed when listing, for ByEventTime only
 
     @property
@@ -103,7 +103,7 @@ class GlobSource:
         self._position += len(batch)
         self._returned_state = make_state(STATE_ETAG, batch[-1].name)
         return FetchResult(
-            files=[FetchedFile(e.path, self._event_time(e, system_time), e.name) for e in batch],
+            files=[FetchedFile(e.real_path, self._event_time(e, system_time), e.name) for e in batch],
             new_source_state=self._returned_state,
             has_more=self._position < len(self._listing),
         )
@@ -114,14 +114,9 @@ class GlobSource:
         return [e.path for e in listing[self._first_new(listing, prev_state) :]]
 
     def _list(self) -> list[_Entry]:
-        pattern = self._step.path
-        if self._options.base_dir is not None and not os.path.isabs(pattern):
-            pattern = os.path.join(self._options.base_dir, pattern)
-        paths = [Path(p) for p in glob.glob(pattern, recursive=True)]
         entries = [
-            _Entry(p, self._time_from_name(p.name, f"file {p}") if self._by_event_time else None)
-            for p in paths
-            if p.is_file()
+            _Entry(p, real, self._time_from_name(p.name, f"file {p}") if self._by_event_time else None)
+            for p, real in list_glob(self._step.path, self._options, "fetch.path")
         ]
         entries.sort(key=lambda e: (e.key, str(e.path)))
         self._options.log(f"fetch.path: {len(entries)} files match {self._step.path!r}")
@@ -165,5 +160,5 @@ class GlobSource:
         if self._pattern is not None:
             return self._time_from_name(entry.name, f"file {entry.path}")
         if isinstance(self._step.event_time, EventTimeSourceFromMetadata):
-            return file_mtime(entry.path.stat())
+            return file_mtime(entry.real_path.stat())
         return system_time

@@ -7,7 +7,7 @@ coordinator fills it in at fetch time. `${{ env.NAME || 'default' }}` gives a fa
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable
 
 from airflow_odf.odf.errors import OdfError
 
@@ -19,8 +19,9 @@ class TemplateError(OdfError):
     """A template names an unset variable or is not of the form `${{ env.NAME || 'default' }}`."""
 
 
-def render(text: str, env: Mapping[str, str], where: str) -> str:
-    """Replace every `${{ env.NAME }}` in `text`; `where` names the manifest field in errors."""
+def render(text: str, lookup: Callable[[str], str | None], where: str) -> str:
+    """Replace every `${{ env.NAME }}` in `text` by `lookup(NAME)` (None: unset); `where` names the
+    manifest field in errors. `lookup` may raise to refuse a name."""
 
     def substitute(match: re.Match[str]) -> str:
         reference = _ENV_REFERENCE.fullmatch(match.group(1))
@@ -30,8 +31,9 @@ def render(text: str, env: Mapping[str, str], where: str) -> str:
                 "expected ${{ env.NAME }} or ${{ env.NAME || 'default' }}"
             )
         name, default = reference.groups()
-        if name in env:
-            return env[name]
+        value = lookup(name)
+        if value is not None:
+            return value
         if default is not None:
             return default
         raise TemplateError(

@@ -12,6 +12,8 @@ from pathlib import Path
 from airflow_odf.odf.errors import OdfError, OdfFormatError
 from airflow_odf.odf.format.model import SourceState
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.fetch.templating import TemplateError, render
+from airflow_odf.odf.ingest.trust import TEMPLATE_ENV_HINT, SourceTrust
 
 SOURCE_NAME = "default"
 STATE_ETAG = "odf/etag"
@@ -22,7 +24,11 @@ _logger = logging.getLogger("airflow_odf.odf.ingest.fetch.fetcher")
 
 @dataclass(frozen=True)
 class FetchOptions:
-    """Per-run settings of a fetch; the ingest layer builds them from the task and its connections."""
+    """Per-run settings of a fetch; the ingest layer builds them from the task and its connections.
+
+    `trust` says what the manifest may do here (Container steps, which variables templates read, which
+    local directories it may read); by default what the environment variables allow (`SourceTrust`).
+    """
 
     cache_dir: Path
     has_previous_data: bool = False
@@ -30,13 +36,30 @@ class FetchOptions:
     files_per_batch: int = 1
     env: Mapping[str, str] | None = None
     timeout: float = 30.0
-    allow_shell: bool = False  # for prepare(); the ingest layer passes it on, fetch does not use it
     base_dir: Path | None = None  # relative FilesGlob paths are resolved here (default: the working dir)
+    trust: SourceTrust = field(default_factory=SourceTrust.resolve)
     log: Callable[[str], None] = field(default=_logger.info)
 
-    def environment(self) -> Mapping[str, str]:
-        """Variables for `${{ env.NAME }}` templates: `env` if given, else the process environment."""
-        return os.environ if self.env is None else self.env
+    def variable(self, name: str, where: str) -> str | None:
+        """The value of `name` for a template or a Container pass-through variable (None: unset).
+
+        `env` if given (what the caller chose to hand over), else the process environment, of which a
+        manifest reads only the names the trust allows: a disallowed name is an error even when the
+        template has a default, so that a misconfiguration never passes unnoticed.
+        """
+        if self.env is not None:
+            return self.env.get(name)
+        if not self.trust.env_allowed(name):
+            allowed = ", ".join(self.trust.template_env_allow) or "none"
+            raise TemplateError(
+                f"{where}: environment variable {name} may not be read by a manifest (allowed: {allowed}); "
+                f"allow it with {TEMPLATE_ENV_HINT}"
+            )
+        return os.environ.get(name)
+
+    def render(self, text: str, where: str) -> str:
+        """`text` with its `${{ env.NAME }}` templates filled in; `where` names the field in errors."""
+        return render(text, lambda name: self.variable(name, where), where)
 
 
 @dataclass(frozen=True)

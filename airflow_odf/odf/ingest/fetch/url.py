@@ -19,7 +19,7 @@ from airflow_odf.odf.format.model import (
     SourceState,
 )
 from airflow_odf.odf.format.timestamps import Timestamp
-from airflow_odf.odf.ingest.fetch.templating import render
+from airflow_odf.odf.ingest.fetch.local_files import confine
 from airflow_odf.odf.ingest.fetch.types import (
     STATE_ETAG,
     STATE_LAST_MODIFIED,
@@ -102,7 +102,7 @@ class UrlSource:
 
     def _url(self) -> tuple[str, str]:
         """The URL with its templates filled in, and its scheme: file, http or https."""
-        url = render(self._step.url, self._options.environment(), "fetch.url")
+        url = self._options.render(self._step.url, "fetch.url")
         scheme = urlsplit(url).scheme.lower()
         if scheme not in ("file", "http", "https"):
             raise FetchError(
@@ -129,11 +129,12 @@ class UrlSource:
         )
 
     def _stat_file(self, url: str) -> tuple[Path, Timestamp]:
-        """The local file of a file:// URL and its modification time (the source state it records)."""
+        """The local file of a file:// URL (its real path, in an allowed directory) and its modification
+        time (the source state it records)."""
         parts = urlsplit(url)
         if parts.netloc not in ("", "localhost"):
             raise FetchError(f"fetch.url: {url} names host {parts.netloc!r}; expected a local file:///path")
-        path = Path(urllib.request.url2pathname(parts.path))
+        path = confine(Path(urllib.request.url2pathname(parts.path)), self._options, "fetch.url")
         try:
             info = path.stat()
         except FileNotFoundError:
@@ -172,10 +173,9 @@ class UrlSource:
         )
 
     def _open(self, url: str, prev_state: SourceState | None) -> _Response:
-        env = self._options.environment()
         headers = {"User-Agent": USER_AGENT}
         for i, header in enumerate(self._step.headers or []):
-            headers[header.name] = render(header.value, env, f"fetch.headers[{i}].value")
+            headers[header.name] = self._options.render(header.value, f"fetch.headers[{i}].value")
         previous = PollingState.of(prev_state, "fetch.url")
         if previous.etag is not None:
             headers["If-None-Match"] = previous.etag
