@@ -624,7 +624,7 @@ CASES = [
         "several-rule-problems",
         snapshot(
             PUSH
-            + "- kind: SetTransform\n  inputs: []\n  transform: {kind: Sql, engine: x}\n"
+            + "- kind: SetTransform\n  inputs: []\n  transform: {kind: Sql, engine: sparkk}\n"
             + "- kind: DisablePollingSource\n",
             name="bad name",
         ),
@@ -633,6 +633,7 @@ CASES = [
             ("content.metadata[1].kind", "SetTransform is only allowed on Derivative datasets"),
             ("content.metadata[1].inputs", "a transform needs at least one input"),
             ("content.metadata[1].transform", "expected 'query' or a non-empty 'queries'"),
+            ("content.metadata[1].transform.engine", "unknown SQL engine 'sparkk'; expected datafusion, "),
             ("content.metadata[2].kind", "DisablePollingSource events are not allowed in a DatasetSnapshot"),
         ),
     ),
@@ -918,10 +919,10 @@ def test_null_optional_fields_are_absent(tmp_path: Path):
 
 def test_valid_snapshot_passes_odf_validate(tmp_path: Path):
     path = tmp_path / "ok.yaml"
-    path.write_text(snapshot(PUSH, name="acme/my.data-set"), encoding="utf-8")
+    path.write_text(snapshot(PUSH, name="my.data-set"), encoding="utf-8")
     proc = subprocess.run(
         [str(ODF), "snapshot", "validate", str(path)], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == f"{path}: ok (acme/my.data-set, Root, 1 events)"
+    assert proc.stdout.strip() == f"{path}: ok (my.data-set, Root, 1 events)"
     assert proc.stderr == ""

@@ -100,3 +100,29 @@ def test_bad_dids(text: str) -> None:
 def test_base58_keeps_leading_zero_bytes() -> None:
     assert base58btc_decode(base58btc_encode(b"\0\0abc")) == b"\0\0abc"
     assert multibase_decode("z" + base58btc_encode(b"\0")) == b"\0"
+
+
+@pytest.mark.parametrize(
+    "parse",
+    [
+        pytest.param(lambda text: Multihash.parse(text), id="multihash"),
+        pytest.param(lambda text: DatasetId.parse("did:odf:" + text), id="did-odf"),
+        pytest.param(lambda text: DatasetId.parse("did:key:" + text), id="did-key"),
+    ],
+)
+@pytest.mark.parametrize("prefix", ["z", "f", "u"])
+def test_multibase_text_longer_than_the_limit_is_refused_before_decoding(parse, prefix: str) -> None:
+    """Base58 decoding is quadratic: a 400 KB `z...` ref cost 20 s. Any base is cut off at the limit."""
+    text = prefix + "2" * 4_000
+    with pytest.raises(OdfFormatError) as info:
+        parse(text)
+    assert str(info.value) == "multibase text of 4001 characters is longer than the 256 allowed"
+
+
+def test_a_long_non_did_is_named_by_its_start_only() -> None:
+    with pytest.raises(OdfFormatError) as info:
+        DatasetId.parse("x" * 100_000)
+    assert (
+        str(info.value)
+        == f"{'x' * 60!r}… (100000 characters) is not a DID (expected 'did:odf:…' or 'did:key:…')"
+    )

@@ -27,9 +27,9 @@ from airflow_odf.odf.format.flatbuffers_codec import (
     encode_block,
     encode_table,
 )
-from airflow_odf.odf.format.manifests import dump_manifest, dump_manifests, load_manifests
+from airflow_odf.odf.format.manifests import SQL_ENGINES, dump_manifest, dump_manifests, load_manifests
 from airflow_odf.odf.format.multiformats import SHA3_256, DatasetId, Multihash
-from airflow_odf.odf.format.names import is_dataset_alias
+from airflow_odf.odf.format.names import is_dataset_name
 from airflow_odf.odf.format.timestamps import Timestamp
 
 PROPERTY = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -345,7 +345,9 @@ def test_number_like_strings_round_trip(text: str):
 
 @st.composite
 def valid_sql(draw: st.DrawFn) -> model.TransformSql:
-    sql = draw(SNAPSHOT_GEN.generic(model.TransformSql))
+    sql = dataclasses.replace(
+        draw(SNAPSHOT_GEN.generic(model.TransformSql)), engine=draw(st.sampled_from(SQL_ENGINES))
+    )
     if draw(st.booleans()):
         return dataclasses.replace(sql, query=draw(SNAPSHOT_GEN.text), queries=None)
     steps = draw(st.lists(SNAPSHOT_GEN.generic(model.SqlQueryStep), min_size=1, max_size=3))
@@ -360,9 +362,7 @@ _WORD = st.text(alphabet="abcXYZ019", min_size=1, max_size=4)
 _HOSTNAME = st.lists(st.lists(_WORD, min_size=1, max_size=3).map("-".join), min_size=1, max_size=3).map(
     ".".join
 )
-dataset_names = st.builds(
-    lambda account, name: f"{account}/{name}" if account else name, st.none() | _HOSTNAME, _HOSTNAME
-)
+dataset_names = _HOSTNAME  # a repository takes no account prefix
 
 SNAPSHOT_GEN = Gen(min_year=1000, overrides={model.TransformSql: valid_sql()}, text=YAML_TEXT)
 SNAPSHOT_GEN.overrides[model.SetTransform] = st.builds(
@@ -390,7 +390,7 @@ def snapshots(draw: st.DrawFn) -> model.DatasetSnapshot:
 @PROPERTY
 @given(snap=snapshots())
 def test_snapshot_yaml_round_trip(snap: model.DatasetSnapshot):
-    assert is_dataset_alias(snap.name)
+    assert is_dataset_name(snap.name)
     for e in snap.metadata:
         event(type(e).__name__)
     text = dump_manifest(snap)

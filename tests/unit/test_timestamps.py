@@ -49,3 +49,26 @@ def test_ordering_and_datetime_conversion() -> None:
 def test_bad_timestamps(text: str) -> None:
     with pytest.raises(OdfFormatError):
         Timestamp.parse(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["9999-12-31T23:59:59-23:59", "9999-12-31T23:59:59.5-00:01", "0001-01-01T00:00:00+00:01"]
+)
+def test_offsets_that_leave_the_years_1_to_9999_are_a_format_error(text: str) -> None:
+    with pytest.raises(OdfFormatError) as info:
+        Timestamp.parse(text)
+    assert str(info.value) == f"{text!r} is outside the years 0001 to 9999 once moved to UTC"
+
+
+@pytest.mark.parametrize(
+    ("text", "utc"),
+    [
+        ("9999-12-31T23:59:59+23:59", "9999-12-31T00:00:59Z"),
+        ("0001-01-01T23:59:00-00:00", "0001-01-01T23:59:00Z"),
+        ("0001-01-01T00:00:00-00:01", "0001-01-01T00:01:00Z"),
+    ],
+)
+def test_offsets_near_the_ends_of_the_range_that_stay_inside_it(text: str, utc: str) -> None:
+    ts = Timestamp.parse(text)
+    assert ts.isoformat() == utc
+    assert Timestamp.from_parts(*ts.parts()) == ts

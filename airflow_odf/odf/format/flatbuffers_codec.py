@@ -8,7 +8,9 @@ trimmed after the last present field and de-duplicated by their complete bytes. 
 package's Builder de-duplicates differently, hence this small builder of our own.
 
 The reader is generic over the model and bounds-checked: any corrupt input raises `BlockDecodeError`
-naming the field where decoding failed.
+naming the field where decoding failed. A block larger than `limits.max_block_bytes()` is neither read
+nor written, and decoding stays within a `DecodeBudget` of the buffer's length, so shared offsets
+cannot make a small block decode to a huge one.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from __future__ import annotations
 import functools
 import json
 import struct
-from typing import Any
+from typing import Any, NoReturn
 
-from airflow_odf.odf.errors import BlockDecodeError, OdfFormatError
+from airflow_odf.odf.errors import BlockDecodeError, BlockEncodeError, OdfFormatError
 from airflow_odf.odf.format import model
+from airflow_odf.odf.format.decode_budget import DecodeBudget
 from airflow_odf.odf.format.fields import Kind, TypeSpec, UnionSpec, fields_of
 from airflow_odf.odf.format.multiformats import ODF_METADATA_BLOCK, DatasetId, Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.limits import MAX_BLOCK_BYTES_ENV, max_block_bytes
 
 #: Manifest version written; 2 (Timestamp structs without alignment) is still read.
 BLOCK_VERSION = 3
@@ -45,14 +49,16 @@ class _Builder:
     """Back-to-front buffer builder with the reference's alignment, vtable and offset rules.
 
     Positions are "used sizes" counted from the end of the buffer, as in the reference builder;
-    prepended pieces are collected in a list and joined once at `finish`.
+    prepended pieces are collected in a list and joined once at `finish`. Growing past `limit` bytes
+    (the maximum block size) is an error, raised before the memory is spent.
     """
 
-    __slots__ = ("chunks", "fields", "min_align", "size", "table_start", "vtables")
+    __slots__ = ("chunks", "fields", "limit", "min_align", "size", "table_start", "vtables")
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
         self.size = 0
+        self.limit = max_block_bytes()
         self.min_align = 1
         self.vtables: dict[bytes, int] = {}
         self.fields: list[tuple[int, int]] = []
@@ -66,7 +72,14 @@ class _Builder:
             self.chunks.append(_ZEROS[pad])
             self.size += pad
 
+    def too_large(self) -> NoReturn:
+        raise BlockEncodeError(
+            f"the block would be larger than the {self.limit} bytes a block may have ({MAX_BLOCK_BYTES_ENV})"
+        )
+
     def prepend(self, data: bytes) -> None:
+        if self.size + len(data) > self.limit:
+            self.too_large()
         self.chunks.append(data)
         self.size += len(data)
 
@@ -127,6 +140,8 @@ class _Builder:
 
     def end_table(self) -> int:
         """Writes the table's soffset and (unless an identical one exists) its vtable just before it."""
+        if self.size > self.limit:  # tables without strings or vectors grow the buffer here only
+            self.too_large()
         pad = -self.size & 3
         if pad:
             self.chunks.append(_ZEROS[pad])
@@ -287,7 +302,11 @@ def encode_table(obj: Any) -> bytes:
 
 def encode_block(block: model.MetadataBlock) -> bytes:
     """The block file: `Manifest{kind=odf-metadata-block, version=3, content=<MetadataBlock buffer>}`."""
-    content = encode_table(block)
+    return block_file(encode_table(block))
+
+
+def block_file(content: bytes) -> bytes:
+    """The block file around `content`, a finished FlatBuffer of a MetadataBlock."""
     b = _Builder()
     vector = b.byte_vector(content)
     b.start_table()
@@ -308,12 +327,13 @@ def block_hash(data: bytes) -> Multihash:
 
 
 class _Reader:
-    """Bounds-checked access to one FlatBuffer."""
+    """Bounds-checked access to one FlatBuffer; every table, vector and string read is paid from `budget`."""
 
-    __slots__ = ("buf",)
+    __slots__ = ("budget", "buf")
 
     def __init__(self, buf: bytes) -> None:
         self.buf = buf
+        self.budget = DecodeBudget(len(buf))
 
     def unpack(self, packer: struct.Struct, pos: int) -> Any:
         if pos < 0:
@@ -332,6 +352,7 @@ class _Reader:
         length = self.unpack(_U32, start)
         if start + 4 + length > len(self.buf):
             raise OdfFormatError(f"vector of {length} bytes at {start} runs past the buffer end")
+        self.budget.spend(length)
         return self.buf[start + 4 : start + 4 + length]
 
     def vector_positions(self, pos: int) -> range:
@@ -339,10 +360,16 @@ class _Reader:
         count = self.unpack(_U32, start)
         if start + 4 + 4 * count > len(self.buf):
             raise OdfFormatError(f"vector of {count} offsets at {start} runs past the buffer end")
+        self.budget.spend()
         return range(start + 4, start + 4 + 4 * count, 4)
 
-    def table_fields(self, table: int) -> dict[int, int]:
-        """The present fields of the table at `table`: vtable slot -> absolute position of the value."""
+    def table_fields(self, table: int, last_slot: int) -> dict[int, int]:
+        """The present fields of the table at `table` up to `last_slot`: vtable slot -> absolute position.
+
+        Slots past `last_slot` (fields of a newer schema) are not read, so a long vtable shared by many
+        tables costs nothing per table.
+        """
+        self.budget.spend()
         vtable = table - self.unpack(_I32, table)
         if vtable < 0 or vtable + 4 > len(self.buf):
             raise OdfFormatError(f"vtable position {vtable} is outside the buffer")
@@ -350,7 +377,8 @@ class _Reader:
         if vt_size < 4 or vt_size % 2 or vtable + vt_size > len(self.buf) or table + obj_size > len(self.buf):
             raise OdfFormatError(f"invalid vtable at {vtable}")
         present = {}
-        for i, off in enumerate(struct.unpack_from(f"<{(vt_size - 4) // 2}H", self.buf, vtable + 4)):
+        entries = min((vt_size - 4) // 2, last_slot // 2 - 1)
+        for i, off in enumerate(_vtable_struct(entries).unpack_from(self.buf, vtable + 4)):
             if off:
                 if off < 4 or off >= obj_size:
                     raise OdfFormatError(f"field offset {off} outside its table of {obj_size} bytes")
@@ -394,7 +422,7 @@ def _read_value(r: _Reader, t: TypeSpec, pos: int, path: str, depth: int) -> Any
     if kind is Kind.TABLE:
         return _read_table(r, t.cls, r.deref(pos), path, depth + 1)
     if kind is Kind.EXTRA:
-        entries = r.table_fields(r.deref(pos)).get(4)
+        entries = r.table_fields(r.deref(pos), 4).get(4)
         value = json.loads(bytes(r.bytes_at(entries)).decode()) if entries else {}
         if not isinstance(value, dict):
             raise BlockDecodeError(f"{path}: extra attributes must be a JSON object")
@@ -407,7 +435,7 @@ def _read_value(r: _Reader, t: TypeSpec, pos: int, path: str, depth: int) -> Any
             item_path = f"{path}[{i}]"
             if item.kind is Kind.UNION:  # each member sits in a wrapper table `{value: Union}`
                 assert item.union is not None
-                wrapper = r.table_fields(r.deref(p))
+                wrapper = r.table_fields(r.deref(p), 6)
                 if 6 not in wrapper:
                     raise BlockDecodeError(f"{item_path}: missing union value")
                 out.append(_read_union(r, item.union, wrapper, 6, item_path, depth))
@@ -420,7 +448,7 @@ def _read_value(r: _Reader, t: TypeSpec, pos: int, path: str, depth: int) -> Any
 def _read_table(r: _Reader, cls: type, table: int, path: str, depth: int) -> Any:
     if depth > _MAX_DEPTH:
         raise BlockDecodeError(f"{path}: nesting deeper than {_MAX_DEPTH} levels")
-    present = r.table_fields(table)
+    present = r.table_fields(table, _last_slot(cls))
     kwargs = {}
     for f in fields_of(cls):
         pos = present.get(f.slot)
@@ -445,6 +473,11 @@ def _read_table(r: _Reader, cls: type, table: int, path: str, depth: int) -> Any
         raise BlockDecodeError(f"{path or cls.__name__}: {e}") from None
 
 
+@functools.cache
+def _last_slot(cls: type) -> int:
+    return max((f.slot for f in fields_of(cls)), default=4)
+
+
 def _join(path: str, name: str) -> str:
     return f"{path}.{name}" if path else name
 
@@ -462,9 +495,15 @@ def decode_table(data: bytes, cls: type, path: str = "") -> Any:
 
 def decode_block(data: bytes) -> model.MetadataBlock:
     """Reads a block file (manifest version 2 or 3); raises `BlockDecodeError` on any defect."""
+    limit = max_block_bytes()
+    if len(data) > limit:
+        raise BlockDecodeError(
+            f"block of {len(data)} bytes is larger than the {limit} bytes a block may have "
+            f"({MAX_BLOCK_BYTES_ENV})"
+        )
     r = _Reader(data)
     try:
-        manifest = r.table_fields(r.deref(0))
+        manifest = r.table_fields(r.deref(0), 8)
         kind = r.unpack(_STRUCTS["q"], manifest[4]) if 4 in manifest else 0
         version = r.unpack(_I32, manifest[6]) if 6 in manifest else 0
         if kind != ODF_METADATA_BLOCK:

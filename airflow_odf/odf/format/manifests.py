@@ -5,6 +5,8 @@ Reading accepts what the reference accepts: union short forms (`type: String`), 
 steps. It reports every problem at once, each with the path to the field
 (`content.metadata[1].merge.primaryKey`). YAML is read with 1.2 scalar rules: only `true`/`false` are
 booleans and timestamps stay text, so `on`, `no` or `2024-01-01` are never silently re-typed.
+Hostile text costs bounded time and memory: the size (`limits.max_manifest_bytes()`), nesting, alias
+expansion and integer length are capped, each cap a one-line problem.
 
 Writing follows the schema: keys in declaration order, union `kind` first, PascalCase tags, RFC 3339
 times, multi-line SQL as literal blocks.
@@ -21,12 +23,13 @@ from typing import Any
 
 import yaml
 
-from airflow_odf.odf.errors import ManifestError, OdfFormatError, Problem
+from airflow_odf.odf.errors import ManifestError, OdfFormatError, Problem, quoted
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.fields import METADATA_EVENT, Kind, TypeSpec, enum_name, fields_of, union_spec
 from airflow_odf.odf.format.multiformats import DatasetId, Multihash
-from airflow_odf.odf.format.names import is_dataset_alias
+from airflow_odf.odf.format.names import dataset_name_problem
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.limits import MAX_MANIFEST_BYTES_ENV, max_manifest_bytes
 
 MANIFEST_VERSIONS = {"DatasetSnapshot": (1,), "MetadataEvent": (1,), "MetadataBlock": (2, 3)}
 _WRITE_VERSION = {"DatasetSnapshot": 1, "MetadataEvent": 1, "MetadataBlock": 3}
@@ -37,6 +40,9 @@ _INT_RANGES = {
     "Q": (0, 2**64 - 1),
 }
 _READ_STEPS = set(fields_of(model.SetPollingSource)[2].type.union.members)  # type: ignore[union-attr]
+#: The SQL engines of the reference implementation, which the manifests of the ODF world name; any other
+#: name is a typo. (This provider runs every transform on Spark.)
+SQL_ENGINES = ("datafusion", "flink", "risingwave", "spark")
 _NOT_IN_SNAPSHOT = (
     model.Seed,
     model.AddData,
@@ -60,8 +66,69 @@ class Manifest:
 # --------------------------------------------------------------------------------------------------
 
 
+#: Deeper than any manifest (a struct type nests three levels per struct): the composer and the model
+#: reader recurse once per level.
+MAX_YAML_DEPTH = 100
+#: The nodes (and scalar characters) a text may expand to through aliases, per character of text, on
+#: top of `_EXPANSION_ALLOWANCE`; text without aliases expands to at most about two per character.
+EXPANSION_PER_CHAR = 4
+_EXPANSION_ALLOWANCE = 100_000
+#: Longer integer literals are refused: manifest numbers fit in 64 bits, and Python converts integers
+#: of more than 4300 digits neither from nor to text.
+_MAX_INT_CHARS = 64
+
+
 class _Loader(yaml.SafeLoader):
-    """YAML 1.2 core scalars; duplicate keys are an error, as in the reference's parser."""
+    """YAML 1.2 core scalars; duplicate keys are an error, as in the reference's parser.
+
+    Composing is bounded: nesting deeper than `MAX_YAML_DEPTH`, an alias to a node that contains it
+    (a recursive structure) and aliases expanding beyond `expansion_budget` nodes and characters (a
+    "billion laughs") are errors with their line and column.
+    """
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.expansion_budget = EXPANSION_PER_CHAR * len(text) + _EXPANSION_ALLOWANCE
+        self.depth = 0
+        # weight of each node composed in the current document: nodes plus scalar characters, aliases
+        # expanded; a node still being composed has none yet
+        self.weights: dict[int, int] = {}
+
+    def compose_document(self) -> yaml.Node:
+        node = super().compose_document()
+        self.expansion_budget -= self.weights[id(node)]
+        self.weights = {}
+        return node
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)
+            if id(node) not in self.weights:
+                raise yaml.composer.ComposerError(
+                    None, None, f"alias *{event.anchor} refers to a node that contains it", event.start_mark
+                )
+            return node
+        if self.depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
+            )
+        self.depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+        weight = 1 + _children_weight(node, self.weights)
+        if weight > self.expansion_budget:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"aliases expand the text beyond {self.expansion_budget} nodes and characters "
+                f"(at most {EXPANSION_PER_CHAR} per character of text)",
+                event.start_mark,
+            )
+        self.weights[id(node)] = weight
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -109,9 +176,25 @@ _Loader.add_implicit_resolver(
 )
 
 
+def _children_weight(node: yaml.Node, weights: dict[int, int]) -> int:
+    """The weight of a node's children (of a scalar: its characters), aliased children expanded."""
+    if isinstance(node, yaml.ScalarNode):
+        return len(node.value)
+    if isinstance(node, yaml.SequenceNode):
+        return sum(weights[id(item)] for item in node.value)
+    return sum(weights[id(key)] + weights[id(value)] for key, value in node.value)
+
+
 def _construct_int(loader: _Loader, node: yaml.ScalarNode) -> int:
     """YAML 1.2 core integers: decimal (leading zeros stay decimal), 0o octal, 0x hexadecimal."""
     text = loader.construct_scalar(node)
+    if len(text) > _MAX_INT_CHARS:
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"integer of {len(text)} characters is out of range (at most {_MAX_INT_CHARS})",
+            node.start_mark,
+        )
     if text.startswith("0o"):
         return int(text[2:], 8)
     if text.startswith("0x"):
@@ -175,7 +258,12 @@ def _describe(value: Any) -> str:
         list: "a list",
         dict: "a mapping",
     }
-    shown = repr(value) if isinstance(value, (bool, int, float, str)) else ""
+    if isinstance(value, str):
+        shown = quoted(value)
+    elif isinstance(value, (bool, int, float)):
+        shown = repr(value)
+    else:
+        shown = ""
     return f"{names.get(type(value), type(value).__name__)} {shown}".strip()
 
 
@@ -345,15 +433,8 @@ def from_plain(t: TypeSpec, data: Any, source: str = "<data>") -> Any:
 
 def _snapshot_problems(snapshot: model.DatasetSnapshot) -> list[Problem]:
     """Rules a DatasetSnapshot must follow beyond its shape."""
-    problems = []
-    if not is_dataset_alias(snapshot.name):
-        problems.append(
-            Problem(
-                "content.name",
-                f"{snapshot.name!r} is not a valid dataset name "
-                "(letters, digits and inner '-', parts separated by '.')",
-            )
-        )
+    name_problem = dataset_name_problem(snapshot.name)
+    problems = [Problem("content.name", name_problem)] if name_problem else []
     for i, event in enumerate(snapshot.metadata):
         path = f"content.metadata[{i}]"
         tag = METADATA_EVENT.tag(type(event))
@@ -378,13 +459,17 @@ def _snapshot_problems(snapshot: model.DatasetSnapshot) -> list[Problem]:
 
 
 def _sql_problems(sql: model.TransformSql, path: str) -> list[Problem]:
+    problems = []
+    if sql.engine not in SQL_ENGINES:
+        message = f"unknown SQL engine {quoted(sql.engine)}; expected {', '.join(SQL_ENGINES)}"
+        problems.append(Problem(f"{path}.engine", message))
     if sql.query is not None and sql.queries is not None:
-        return [Problem(path, "give either 'query' or 'queries', not both")]
-    if sql.query is None and not sql.queries:
-        return [Problem(path, "expected 'query' or a non-empty 'queries'")]
-    if sql.queries and sum(1 for q in sql.queries if q.alias is None) > 1:
-        return [Problem(f"{path}.queries", "only the last (output) query may have no alias")]
-    return []
+        problems.append(Problem(path, "give either 'query' or 'queries', not both"))
+    elif sql.query is None and not sql.queries:
+        problems.append(Problem(path, "expected 'query' or a non-empty 'queries'"))
+    elif sql.queries and sum(1 for q in sql.queries if q.alias is None) > 1:
+        problems.append(Problem(f"{path}.queries", "only the last (output) query may have no alias"))
+    return problems
 
 
 def _read_document(doc: Any, source: str, index: int) -> tuple[Manifest | None, list[Problem]]:
@@ -424,10 +509,29 @@ def _read_document(doc: Any, source: str, index: int) -> tuple[Manifest | None, 
     return Manifest(kind, version, content), []
 
 
+def _check_manifest_size(size: int, source: str) -> None:
+    limit = max_manifest_bytes()
+    if size > limit:
+        message = f"larger than the {limit} bytes a manifest may have ({MAX_MANIFEST_BYTES_ENV})"
+        raise ManifestError(source, [Problem("", message)])
+
+
+def _load_yaml(text: str) -> list[Any]:
+    loader = _Loader(text)
+    try:
+        docs = []
+        while loader.check_data():
+            docs.append(loader.get_data())
+        return docs
+    finally:
+        loader.dispose()
+
+
 def load_manifests(text: str, source: str = "<string>") -> list[Manifest]:
     """Every document of a YAML text; raises `ManifestError` listing all problems found."""
+    _check_manifest_size(len(text.encode("utf-8", "surrogatepass")), source)
     try:
-        docs = list(yaml.load_all(text, Loader=_Loader))
+        docs = _load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -450,7 +554,10 @@ def load_manifests(text: str, source: str = "<string>") -> list[Manifest]:
 def read_manifests(path: str | Path) -> list[Manifest]:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as f:
+            data = f.read(max_manifest_bytes() + 1)
+        _check_manifest_size(len(data), str(path))
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ManifestError(str(path), [Problem("", f"cannot read file: {e}")]) from None
     return load_manifests(text, str(path))

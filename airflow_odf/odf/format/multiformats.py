@@ -11,7 +11,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import ClassVar
 
-from airflow_odf.odf.errors import OdfFormatError
+from airflow_odf.odf.errors import OdfFormatError, quoted
+from airflow_odf.odf.limits import MAX_MULTIBASE_CHARS
 
 SHA3_256 = 0x16
 ARROW0_SHA3_256 = 0x300016
@@ -86,9 +87,16 @@ def base58btc_decode(text: str) -> bytes:
 
 
 def multibase_decode(text: str) -> bytes:
-    """Decodes `f`/`F` (base16), `z` (base58btc) and `u` (base64url without padding)."""
+    """Decodes `f`/`F` (base16), `z` (base58btc) and `u` (base64url without padding).
+
+    Text longer than any hash or key is refused before decoding: base58 decoding is quadratic.
+    """
     if not text:
         raise OdfFormatError("empty multibase string")
+    if len(text) > MAX_MULTIBASE_CHARS:
+        raise OdfFormatError(
+            f"multibase text of {len(text)} characters is longer than the {MAX_MULTIBASE_CHARS} allowed"
+        )
     prefix, body = text[0], text[1:]
     try:
         if prefix in "fF":
@@ -197,7 +205,7 @@ class DatasetId:
         for scheme in (cls.DID_ODF, cls.DID_KEY):
             if text.startswith(scheme):
                 return cls.from_bytes(multibase_decode(text[len(scheme) :]))
-        raise OdfFormatError(f"{text!r} is not a DID (expected 'did:odf:…' or 'did:key:…')")
+        raise OdfFormatError(f"{quoted(text)} is not a DID (expected 'did:odf:…' or 'did:key:…')")
 
     @classmethod
     def generate(cls) -> tuple[DatasetId, bytes]:

@@ -12,9 +12,12 @@ import time
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 
-from airflow_odf.odf.errors import OdfFormatError
+from airflow_odf.odf.errors import OdfFormatError, quoted
 
 _EPOCH_ORDINAL = date(1970, 1, 1).toordinal()
+# The range of `datetime` (and of the reference's text form): 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+_MIN_SECONDS = (date.min.toordinal() - _EPOCH_ORDINAL) * 86400
+_MAX_SECONDS = (date.max.toordinal() - _EPOCH_ORDINAL) * 86400 + 86399
 _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(?:([Zz])|([+-])(\d{2}):(\d{2}))\Z"
 )
@@ -70,17 +73,20 @@ class Timestamp:
             raise OdfFormatError(f"expected an RFC 3339 timestamp string, got {type(text).__name__}")
         m = _RFC3339.match(text.strip())
         if not m:
-            raise OdfFormatError(f"{text!r} is not an RFC 3339 timestamp (e.g. 2024-01-31T12:00:00Z)")
+            raise OdfFormatError(f"{quoted(text)} is not an RFC 3339 timestamp (e.g. 2024-01-31T12:00:00Z)")
         year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
         fraction = m.group(7) or ""
         try:
-            base = datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
+            local = datetime(year, month, day, hour, minute, second, tzinfo=timezone.utc)
         except ValueError as e:
             raise OdfFormatError(f"{text!r} is not a valid timestamp: {e}") from None
-        if m.group(9):
-            offset = timedelta(hours=int(m.group(10)), minutes=int(m.group(11)))
-            base -= offset if m.group(9) == "+" else -offset
-        return cls(cls.from_datetime(base).seconds, int(fraction.ljust(9, "0")) if fraction else 0)
+        seconds = cls.from_datetime(local).seconds
+        if m.group(9):  # in whole seconds: the datetime arithmetic would overflow near years 1 and 9999
+            offset = int(m.group(10)) * 3600 + int(m.group(11)) * 60
+            seconds -= offset if m.group(9) == "+" else -offset
+        if not _MIN_SECONDS <= seconds <= _MAX_SECONDS:
+            raise OdfFormatError(f"{text!r} is outside the years 0001 to 9999 once moved to UTC")
+        return cls(seconds, int(fraction.ljust(9, "0")) if fraction else 0)
 
     # ----- conversion -----
 

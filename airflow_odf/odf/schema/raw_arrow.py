@@ -25,6 +25,7 @@ import pyarrow as pa
 from flatbuffers import number_types
 
 from airflow_odf.odf.errors import OdfFormatError
+from airflow_odf.odf.format.decode_budget import DecodeBudget
 
 #: One field of an Arrow type table: (name, kind, default). Kinds are `struct` formats for scalars,
 #: "str" for a string and "[i]" for a vector of int32.
@@ -126,12 +127,15 @@ _PYARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 
 class _Table:
-    """One table of a FlatBuffer; every read is bounds-checked and errors name `path`."""
+    """One table of a FlatBuffer; every read is bounds-checked, paid from the buffer's `budget`, and
+    errors name `path`."""
 
-    def __init__(self, buf: bytes, pos: int, path: str) -> None:
+    def __init__(self, buf: bytes, pos: int, path: str, budget: DecodeBudget) -> None:
+        budget.spend(where=path)
         self.buf = buf
         self.pos = pos
         self.path = path
+        self.budget = budget
         self.vtable = pos - _unpack(buf, "i", pos, path)
         self.vt_size = _unpack(buf, "H", self.vtable, path)
         self.obj_size = _unpack(buf, "H", self.vtable + 2, path)
@@ -165,7 +169,7 @@ class _Table:
 
     def table(self, index: int, path: str) -> _Table | None:
         target = self._target(index)
-        return _Table(self.buf, target, path) if target else None
+        return _Table(self.buf, target, path, self.budget) if target else None
 
     def string(self, index: int) -> bytes | None:
         target = self._target(index)
@@ -174,6 +178,7 @@ class _Table:
         length = _unpack(self.buf, "I", target, self.path)
         if target + 4 + length > len(self.buf):
             raise OdfFormatError(f"{self.path}: string of {length} bytes at {target} exceeds the buffer")
+        self.budget.spend(length, self.path)
         return bytes(self.buf[target + 4 : target + 4 + length])
 
     def _vector(self, index: int, elem_size: int) -> list[int]:
@@ -184,11 +189,12 @@ class _Table:
         count = _unpack(self.buf, "I", target, self.path)
         if target + 4 + elem_size * count > len(self.buf):
             raise OdfFormatError(f"{self.path}: vector of {count} elements at {target} exceeds the buffer")
+        self.budget.spend(where=self.path)
         return [target + 4 + elem_size * i for i in range(count)]
 
     def tables(self, index: int, path: str) -> list[_Table]:
         return [
-            _Table(self.buf, _deref(self.buf, p, path), f"{path}[{i}]")
+            _Table(self.buf, _deref(self.buf, p, path), f"{path}[{i}]", self.budget)
             for i, p in enumerate(self._vector(index, 4))
         ]
 
@@ -241,42 +247,32 @@ def _read_params(table: _Table | None, slots: tuple[_Slot, ...]) -> dict[str, An
     return params
 
 
-class _Decoder:
-    """Reads fields depth-first; `budget` stops shared sub-tables from multiplying the work."""
-
-    def __init__(self, buf: bytes) -> None:
-        self.buf = buf
-        # A standard writer stores each field once, behind its own 4-byte vector slot.
-        self.budget = len(buf) // 4
-
-    def field(self, table: _Table, depth: int) -> pa.Field:
-        self.budget -= 1
-        if self.budget < 0:
-            raise OdfFormatError(f"{table.path}: more fields than the buffer can hold (shared sub-tables)")
-        if depth > _MAX_DEPTH:
-            raise OdfFormatError(f"{table.path}: nested deeper than {_MAX_DEPTH} levels")
-        raw_name = table.string(0)
-        name = "" if raw_name is None else _text(raw_name, f"{table.path}.name")
-        where = f"{table.path} ({name})" if name else table.path
-        type_id = table.scalar(2, "B", 0)
-        if not 1 <= type_id <= len(_TYPES):
-            raise OdfFormatError(f"{where}.type: unknown Arrow type id {type_id}")
-        type_name, slots = _TYPES[type_id - 1]
-        params = _read_params(table.table(3, f"{where}.type"), slots)
-        children = [self.field(child, depth + 1) for child in table.tables(5, f"{where}.children")]
-        dictionary = table.table(4, f"{where}.dictionary")
-        metadata = _read_metadata(table, 6, f"{where}.custom_metadata")
-        try:
-            arrow_type = _arrow_type(type_name, params, children, where)
-            if dictionary is not None:
-                arrow_type = _dictionary_type(dictionary, arrow_type)
-            # pyarrow refuses non-nullable Null fields, which other writers may produce
-            nullable = table.scalar(1, "?", False) or type_name == "Null"
-            return pa.field(name, arrow_type, nullable, metadata)
-        except OdfFormatError:
-            raise
-        except _PYARROW_ERRORS as e:
-            raise OdfFormatError(f"{where}: invalid Arrow {type_name} type: {e}") from None
+def _read_field(table: _Table, depth: int) -> pa.Field:
+    """A field and its children, depth-first."""
+    if depth > _MAX_DEPTH:
+        raise OdfFormatError(f"{table.path}: nested deeper than {_MAX_DEPTH} levels")
+    raw_name = table.string(0)
+    name = "" if raw_name is None else _text(raw_name, f"{table.path}.name")
+    where = f"{table.path} ({name})" if name else table.path
+    type_id = table.scalar(2, "B", 0)
+    if not 1 <= type_id <= len(_TYPES):
+        raise OdfFormatError(f"{where}.type: unknown Arrow type id {type_id}")
+    type_name, slots = _TYPES[type_id - 1]
+    params = _read_params(table.table(3, f"{where}.type"), slots)
+    children = [_read_field(child, depth + 1) for child in table.tables(5, f"{where}.children")]
+    dictionary = table.table(4, f"{where}.dictionary")
+    metadata = _read_metadata(table, 6, f"{where}.custom_metadata")
+    try:
+        arrow_type = _arrow_type(type_name, params, children, where)
+        if dictionary is not None:
+            arrow_type = _dictionary_type(dictionary, arrow_type)
+        # pyarrow refuses non-nullable Null fields, which other writers may produce
+        nullable = table.scalar(1, "?", False) or type_name == "Null"
+        return pa.field(name, arrow_type, nullable, metadata)
+    except OdfFormatError:
+        raise
+    except _PYARROW_ERRORS as e:
+        raise OdfFormatError(f"{where}: invalid Arrow {type_name} type: {e}") from None
 
 
 def _dictionary_type(table: _Table, value_type: pa.DataType) -> pa.DataType:
@@ -369,12 +365,11 @@ def decode_raw_arrow_schema(data: bytes) -> pa.Schema:
     buf = bytes(data)
     if buf[:4] == b"\xff\xff\xff\xff":
         raise OdfFormatError(f"{path}: this is an Arrow IPC message, expected a bare Schema flatbuffer")
-    root = _Table(buf, _deref(buf, 0, path), path)
+    root = _Table(buf, _deref(buf, 0, path), path, DecodeBudget(len(buf)))
     endianness = root.scalar(0, "h", 0)
     if endianness != _NATIVE_ENDIANNESS:
         raise OdfFormatError(f"{path}.endianness: {endianness} is not this host's byte order")
-    decoder = _Decoder(buf)
-    fields = [decoder.field(table, 0) for table in root.tables(1, f"{path}.fields")]
+    fields = [_read_field(table, 0) for table in root.tables(1, f"{path}.fields")]
     metadata = _read_metadata(root, 2, f"{path}.custom_metadata")
     try:
         return pa.schema(fields, metadata)
