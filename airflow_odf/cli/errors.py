@@ -3,11 +3,13 @@ all command modules import, so that none imports `main` back."""
 
 from __future__ import annotations
 
+import argparse
+
 from airflow_odf.odf.errors import OdfError
 
 EXIT_BAD_INPUT = 2
 EXIT_CONFLICT = 3
-EXIT_VERIFICATION_FAILED = 4
+EXIT_VERIFICATION_FAILED = 4  # also: `odf list` / `odf gc` found damaged datasets (each named on stderr)
 
 
 class CliError(Exception):
@@ -28,3 +30,14 @@ class CommandError(OdfError):
 
 class SchemaCommandError(OdfError):
     """A schema cannot be shown in the asked format (reported like other bad input: exit code 2)."""
+
+
+def positive_int(text: str) -> int:
+    """An argparse type for counts and limits, where 0 or less would silently do nothing."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number of at least 1")
+    return value

@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from airflow_odf.cli.data import register as register_data_commands
 from airflow_odf.cli.engine import LazyRunner, engine_options
@@ -22,6 +23,7 @@ from airflow_odf.cli.errors import (
     EXIT_VERIFICATION_FAILED,
     CliError,
     VerificationFailed,
+    positive_int,
 )
 from airflow_odf.cli.schema import expand_shorthand
 from airflow_odf.cli.schema import register as register_schema_commands
@@ -30,23 +32,38 @@ from airflow_odf.odf.chain.integrity import collect_garbage, verify_integrity
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
-from airflow_odf.odf.format.manifests import dump_manifest, manifest_to_plain, read_manifests, read_single
+from airflow_odf.odf.format.manifests import (
+    Manifest,
+    dump_manifest,
+    manifest_to_plain,
+    read_manifests,
+    read_single,
+)
 from airflow_odf.odf.format.multiformats import Multihash
-from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.limits import MAX_BLOCK_BYTES_ENV, max_block_bytes
+from airflow_odf.odf.repo.repository import ListedDataset, Repository, RepositoryError
 from airflow_odf.odf.repo.snapshot_order import dependency_order
 from airflow_odf.odf.storage.store import ConflictError
 
 
-def _read_bytes(path: str) -> bytes:
+def _read_bytes(path: str, limit: int | None = None) -> bytes:
+    """The file's bytes; with `limit`, a larger file is refused without being read whole."""
     try:
-        return Path(path).read_bytes()
+        with open(path, "rb") as f:
+            data = f.read() if limit is None else f.read(limit + 1)
     except OSError as e:
         raise CliError([f"{path}: cannot read file: {e.strerror or e}"]) from None
+    if limit is not None and len(data) > limit:
+        raise CliError([f"{path}: larger than the {limit} bytes a block may have ({MAX_BLOCK_BYTES_ENV})"])
+    return data
 
 
 def cmd_block_encode(args: argparse.Namespace) -> None:
     block = read_single(args.file, "MetadataBlock")
-    data = encode_block(block)
+    try:
+        data = encode_block(block)
+    except OdfError as e:
+        raise CliError([f"{args.file}: {e}"]) from None
     if args.output:
         try:
             Path(args.output).write_bytes(data)
@@ -56,7 +73,7 @@ def cmd_block_encode(args: argparse.Namespace) -> None:
 
 
 def cmd_block_decode(args: argparse.Namespace) -> None:
-    data = _read_bytes(args.file)
+    data = _read_bytes(args.file, max_block_bytes())
     try:
         block = decode_block(data)
     except OdfError as e:
@@ -71,18 +88,27 @@ def cmd_block_hash(args: argparse.Namespace) -> None:
     print(block_hash(_read_bytes(args.file)))
 
 
+def _read_snapshot_manifests(path: str) -> tuple[list[Manifest], list[str]]:
+    """The manifests of a file that should hold only DatasetSnapshots, and a line per problem."""
+    try:
+        manifests = read_manifests(path)
+    except ManifestError as e:
+        return [], e.lines()
+    lines = [
+        f"{path}: kind: document {i + 1} is a {m.kind}, expected DatasetSnapshot"
+        for i, m in enumerate(manifests)
+        if m.kind != "DatasetSnapshot"
+    ]
+    return manifests, lines
+
+
 def cmd_snapshot_validate(args: argparse.Namespace) -> None:
     lines: list[str] = []
     for path in args.files:
-        try:
-            manifests = read_manifests(path)
-        except ManifestError as e:
-            lines += e.lines()
-            continue
-        for i, m in enumerate(manifests):
-            if m.kind != "DatasetSnapshot":
-                lines.append(f"{path}: kind: document {i + 1} is a {m.kind}, expected DatasetSnapshot")
-            elif not args.quiet:
+        manifests, problems = _read_snapshot_manifests(path)
+        lines += problems
+        for m in manifests:
+            if m.kind == "DatasetSnapshot" and not args.quiet:
                 print(
                     f"{path}: ok ({m.content.name}, {m.content.kind.name.capitalize()}, "
                     f"{len(m.content.metadata)} events)"
@@ -118,10 +144,9 @@ def cmd_add(args: argparse.Namespace) -> None:
     snapshots: list[model.DatasetSnapshot] = []
     lines: list[str] = []
     for path in args.manifests:
-        try:
-            snapshots += [m.content for m in read_manifests(path) if m.kind == "DatasetSnapshot"]
-        except ManifestError as e:
-            lines += e.lines()
+        manifests, problems = _read_snapshot_manifests(path)
+        lines += problems
+        snapshots += [m.content for m in manifests if m.kind == "DatasetSnapshot"]
     if lines:
         raise CliError(lines)
     runner = LazyRunner(args)
@@ -139,39 +164,56 @@ def cmd_add(args: argparse.Namespace) -> None:
         raise CliError(lines)
 
 
+def _listed_row(repo: Repository, entry: ListedDataset) -> dict[str, Any]:
+    """One row of `odf list`; a dataset that cannot be read gets `error` (and no state) instead."""
+    row: dict[str, Any] = {
+        "name": entry.name,
+        "id": None if entry.dataset_id is None else str(entry.dataset_id),
+    }
+    try:
+        dataset = repo.dataset_of(entry)
+        dataset.existing_head()
+        state = dataset.state()
+    except OdfError as e:
+        return {**row, **dict.fromkeys(("kind", "head", "blocks", "records", "size")), "error": str(e)}
+    return {
+        **row,
+        "kind": state.kind.name.capitalize() if state.kind is not None else None,
+        "head": str(state.head),
+        "blocks": state.num_blocks,
+        "records": state.num_records,
+        "size": state.data_size,
+    }
+
+
 def cmd_list(args: argparse.Namespace) -> None:
+    """Every dataset; a broken one is listed as BROKEN, named on stderr, and makes the exit code 4."""
     repo = _repo(args)
-    rows = []
-    for name, did in repo.list():
-        state = repo.dataset_by_id(did).state()
-        rows.append(
-            {
-                "name": name,
-                "id": str(did),
-                "kind": state.kind.name.capitalize() if state.kind is not None else None,
-                "head": str(state.head),
-                "blocks": state.num_blocks,
-                "records": state.num_records,
-                "size": state.data_size,
-            }
-        )
+    rows = [_listed_row(repo, entry) for entry in repo.scan()]
     if args.format == "json":
         print(json.dumps(rows, indent=2))
-        return
-    header = ("NAME", "KIND", "BLOCKS", "RECORDS", "HEAD")
-    table = [
-        header,
-        *[(r["name"], r["kind"] or "", str(r["blocks"]), str(r["records"]), r["head"]) for r in rows],
-    ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    else:
+        header = ("NAME", "KIND", "BLOCKS", "RECORDS", "HEAD")
+        table = [header]
+        for r in rows:
+            if "error" in r:
+                table.append((r["name"], "BROKEN", "-", "-", "-"))
+            else:
+                table.append((r["name"], r["kind"] or "", str(r["blocks"]), str(r["records"]), r["head"]))
+        widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+        for row in table:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    broken = [f"{r['name']}: {r['error']}" for r in rows if "error" in r]
+    for line in broken:
+        _stderr(line)
+    if broken:
+        raise VerificationFailed
 
 
 def cmd_log(args: argparse.Namespace) -> None:
     dataset = _repo(args).dataset(args.name)
     entries = []
-    for i, (h, block) in enumerate(dataset.iter_blocks()):
+    for i, (h, block) in enumerate(dataset.iter_blocks(dataset.existing_head())):
         if args.limit is not None and i >= args.limit:
             break
         entries.append((h, block))
@@ -199,8 +241,8 @@ def cmd_verify(args: argparse.Namespace) -> None:
     repo = _repo(args)
     dataset = repo.dataset(args.name)
     problems = verify_integrity(dataset)
-    state = dataset.state()
-    replay = not args.integrity and not problems and state.kind is model.DatasetKind.DERIVATIVE
+    state = None if problems else dataset.state()  # a damaged chain has no state to speak of
+    replay = not args.integrity and state is not None and state.kind is model.DatasetKind.DERIVATIVE
     not_reproducible = []
     if replay:
         from airflow_odf.odf.transform.verify import verify_reproducibility  # loads pyarrow
@@ -228,7 +270,7 @@ def cmd_verify(args: argparse.Namespace) -> None:
     elif not ok:
         for line in [*problems, *not_reproducible]:
             print(f"{args.name}: {line}")
-    else:
+    elif state is not None:
         what = "data and checkpoints intact"
         if replay:
             what += f"; all {state.num_blocks} blocks' transforms reproduced"
@@ -238,14 +280,27 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 
 def cmd_gc(args: argparse.Namespace) -> None:
+    """Collects every readable dataset; one whose head or chain cannot be read is left whole, named on
+    stderr, and makes the exit code 4."""
     repo = _repo(args)
     removed = 0
-    for _name, did in repo.list():
-        removed += len(collect_garbage(repo.dataset_by_id(did), args.min_age))
-    for path in repo.unnamed_datasets(args.min_age):
-        repo.remove_dataset_dir(path)
-        removed += 1
+    skipped = []
+    for entry in repo.scan():
+        try:
+            removed += len(collect_garbage(repo.dataset_of(entry), args.min_age))
+        except OdfError as e:
+            skipped.append(f"{entry.name}: {e}; nothing of it was removed")
+    try:
+        for path in repo.unnamed_datasets(args.min_age):
+            repo.remove_dataset_dir(path)
+            removed += 1
+    except RepositoryError as e:
+        skipped.append(f"unnamed dataset folders were not removed: {e}")
     print(f"removed {removed} unreferenced objects and folders")
+    for line in skipped:
+        _stderr(line)
+    if skipped:
+        raise VerificationFailed
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -296,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = groups.add_parser("log", parents=[repo_arg], help="print a dataset's blocks, newest first")
     p.add_argument("name")
     p.add_argument("--format", choices=("yaml", "json"), default="yaml")
-    p.add_argument("--limit", type=int)
+    p.add_argument("--limit", type=positive_int, help="at most this many blocks (at least 1)")
     p.set_defaults(func=cmd_log)
     p = groups.add_parser("reset", parents=[repo_arg], help="move a dataset's head back to an earlier block")
     p.add_argument("name")

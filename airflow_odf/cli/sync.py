@@ -17,6 +17,8 @@ from typing import Any
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.sharing.push_pull import SharingResult, pull_dataset, push_dataset, remotes
+from airflow_odf.odf.sharing.serve import DEFAULT_BACKLOG as DEFAULT_SERVE_BACKLOG
+from airflow_odf.odf.sharing.serve import DEFAULT_TIMEOUT as DEFAULT_SERVE_TIMEOUT
 from airflow_odf.odf.sharing.sync import SyncError
 from airflow_odf.odf.storage.url import StoreCredentials
 
@@ -99,6 +101,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
         args.port,
         token=os.environ.get(SERVE_TOKEN_ENV) or None,
         log_requests=True,
+        timeout=args.timeout,
+        backlog=args.backlog,
     )
     print(f"serving {args.repo} read-only at {server.url} (Ctrl-C stops)", file=sys.stderr, flush=True)
     try:
@@ -128,4 +132,17 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p = groups.add_parser("serve", parents=[repo_arg], help="serve the repository read-only over HTTP")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080)
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_SERVE_TIMEOUT,
+        metavar="SECONDS",
+        help=f"close a connection silent for this long (default {DEFAULT_SERVE_TIMEOUT:g})",
+    )
+    p.add_argument(
+        "--backlog",
+        type=int,
+        default=DEFAULT_SERVE_BACKLOG,
+        help=f"connections queued while busy (default {DEFAULT_SERVE_BACKLOG})",
+    )
     p.set_defaults(func=cmd_serve)

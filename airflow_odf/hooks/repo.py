@@ -2,8 +2,10 @@
 
 The connection's host is the repository URL — `file:///data/odf` (or a plain path), `s3://bucket/prefix`,
 `http(s)://host/repo` — and its extras carry the credentials: `aws_conn_id` (or `aws_access_key_id` /
-`aws_secret_access_key`, `endpoint_url`) for S3, `token` for HTTP. Secrets are masked in task logs.
-The hook only resolves the connection; opening the repository is the core's job.
+`aws_secret_access_key`, `aws_session_token`, `endpoint_url`) for S3, `token` for HTTP. Every secret
+the hook reads (passwords, tokens, keys, a password in the URL) is registered with Airflow's secrets
+masker, and URLs in its messages are redacted. The hook only resolves the connection; opening the
+repository is the core's job.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from airflow.sdk.log import mask_secret
 
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.storage.redact import redact_text, redact_url
 from airflow_odf.odf.storage.url import StoreCredentials, join_url, open_store
 
 SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
+#: Extras that hold secrets, masked whatever Airflow's list of sensitive field names says.
+SECRET_EXTRAS = ("token", "aws_secret_access_key", "aws_session_token", "password")
 
 
 class OdfRepoHook(BaseHook):
@@ -34,15 +39,16 @@ class OdfRepoHook(BaseHook):
         super().__init__()
         self.odf_conn_id = odf_conn_id
 
+    def _connection(self, conn_id: str) -> Any:
+        """The connection, its secrets registered with the secrets masker before any use."""
+        conn = self.get_connection(conn_id)
+        _mask_secrets(conn)
+        return conn
+
     def repository_url(self) -> str:
         """The repository URL of the connection (`file://`, `s3://`, `http(s)://`)."""
-        conn = self.get_connection(self.odf_conn_id)
+        conn = self._connection(self.odf_conn_id)
         extra = conn.extra_dejson
-        for key in ("token", "aws_secret_access_key"):
-            if extra.get(key):
-                mask_secret(extra[key])
-        if conn.password:
-            mask_secret(conn.password)
         url = _url_of(conn.conn_type or "", (conn.host or "").strip(), conn.port, conn.schema, extra)
         if not url:
             raise OdfError(f"connection {self.odf_conn_id!r}: no repository URL (set the host field)")
@@ -51,7 +57,7 @@ class OdfRepoHook(BaseHook):
         scheme = urlsplit(url).scheme
         if scheme not in SCHEMES:
             raise OdfError(
-                f"connection {self.odf_conn_id!r}: repository URL {url!r} has scheme {scheme!r}, "
+                f"connection {self.odf_conn_id!r}: repository URL {redact_url(url)!r} has scheme {scheme!r}, "
                 f"expected one of {', '.join(SCHEMES)}"
             )
         return url
@@ -63,19 +69,22 @@ class OdfRepoHook(BaseHook):
         `endpoint_url`, `region_name`), or the keys are in this connection's extras; otherwise boto3's
         default chain applies; `spark_s3a: true` lets the Spark cluster read the bucket itself (it must
         have hadoop-aws and credentials). HTTP: `token` or the password field (a bearer token),
-        `timeout`, `retries`.
+        `timeout`, `retries`, `object_deadline` (seconds per object; default `$ODF_HTTP_OBJECT_DEADLINE`
+        or 600).
         """
-        own = self.get_connection(self.odf_conn_id)
+        own = self._connection(self.odf_conn_id)
         extra = own.extra_dejson
         aws: dict[str, Any] = {}
         if extra.get("aws_conn_id"):
-            conn = self.get_connection(extra["aws_conn_id"])
-            if conn.password:
-                mask_secret(conn.password)
+            conn = self._connection(extra["aws_conn_id"])
             aws = {
                 "aws_access_key_id": conn.login or None,
                 "aws_secret_access_key": conn.password or None,
-                **{k: v for k, v in conn.extra_dejson.items() if k in ("endpoint_url", "region_name")},
+                **{
+                    k: v
+                    for k, v in conn.extra_dejson.items()
+                    if k in ("endpoint_url", "region_name", "aws_session_token")
+                },
             }
         aws.update({k: v for k, v in extra.items() if k.startswith("aws_") and k != "aws_conn_id"})
         return StoreCredentials(
@@ -87,6 +96,7 @@ class OdfRepoHook(BaseHook):
             bearer_token=extra.get("token") or own.password or None,
             http_timeout=float(extra["timeout"]) if extra.get("timeout") else None,
             http_retries=int(extra["retries"]) if extra.get("retries") is not None else None,
+            http_object_deadline=float(extra["object_deadline"]) if extra.get("object_deadline") else None,
             engine_scheme="s3a" if extra.get("spark_s3a") in (True, "true", "True", "1") else None,
         )
 
@@ -123,9 +133,9 @@ class OdfRepoHook(BaseHook):
             if not url.startswith("http"):
                 repo = self.open_repository()
                 return True, f"ODF repository at {repo.location} with {len(repo.list())} dataset(s)"
-            return True, f"repository URL {url} is well formed"
+            return True, f"repository URL {redact_url(url)} is well formed"
         except Exception as e:  # the UI shows the message
-            return False, str(e)
+            return False, redact_text(str(e))
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
@@ -133,6 +143,22 @@ class OdfRepoHook(BaseHook):
         from airflow_odf.get_provider_info import REPO_UI_FIELD_BEHAVIOUR
 
         return REPO_UI_FIELD_BEHAVIOUR
+
+
+def _mask_secrets(conn: Any) -> None:
+    """Registers every secret of a connection with Airflow's secrets masker: the password, a password
+    written into the host URL, the extras named in SECRET_EXTRAS, and any extra whose name Airflow
+    deems sensitive (the dict form of `mask_secret`)."""
+    if conn.password:
+        mask_secret(conn.password)
+    host = conn.host or ""
+    if "@" in host:
+        mask_secret(host.rpartition("@")[0].partition("://")[2].partition(":")[2])
+    extra = conn.extra_dejson
+    for key in SECRET_EXTRAS:
+        if extra.get(key):
+            mask_secret(str(extra[key]))
+    mask_secret(extra)
 
 
 def _url_of(conn_type: str, host: str, port: int | None, schema: str | None, extra: dict[str, Any]) -> str:

@@ -206,6 +206,54 @@ def test_secrets_of_the_connection_are_redacted_in_logs(
     ]
 
 
+@pytest.mark.parametrize(
+    "host",
+    [
+        "https://user:pw-hunter2-secret@repo.example.com/odf",
+        "ftp://user:pw-hunter2-secret@repo.example.com/odf",
+        "https://repo.example.com/odf?sig=pw-hunter2-secret",
+    ],
+)
+def test_test_connection_never_shows_credentials_of_the_url(
+    monkeypatch: pytest.MonkeyPatch, host: str
+) -> None:
+    _json_conn(monkeypatch, "odf_leaky", host=host)
+    _ok, message = OdfRepoHook("odf_leaky").test_connection()
+    assert "pw-hunter2-secret" not in message and "***" in message
+    assert "repo.example.com" in message
+
+
+def test_every_secret_the_hook_reads_is_masked(
+    monkeypatch: pytest.MonkeyPatch, masked_log: tuple[logging.Logger, _Captured]
+) -> None:
+    session, aws_session = "sess-TOKEN-4b1d9c0e7f", "aws-conn-SESSION-2a7e9b"
+    aws_password, url_password = "aws-conn-SECRET-6c2f", "url-PASSWORD-93ab1e"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_AWS_KEYS",
+        json.dumps(
+            {
+                "conn_type": "aws",
+                "login": "AKIAEXAMPLE",
+                "password": aws_password,
+                "extra": {"aws_session_token": aws_session},
+            }
+        ),
+    )
+    _json_conn(
+        monkeypatch,
+        "odf_sessions",
+        host="s3://bucket/prefix",
+        extra={"aws_conn_id": "aws_keys", "aws_session_token": session},
+    )
+    _json_conn(monkeypatch, "odf_in_url", host=f"https://user:{url_password}@repo.example.com/odf")
+    credentials = OdfRepoHook("odf_sessions").store_credentials()
+    assert credentials.aws_session_token == session
+    OdfRepoHook("odf_in_url").test_connection()
+    logger, handler = masked_log
+    logger.info("%s %s %s %s", session, aws_session, aws_password, url_password)
+    assert handler.lines == ["*** *** *** ***"]
+
+
 # --------------------------------------------------------------------------------------------------
 # SparkSubmitEngineRunner
 # --------------------------------------------------------------------------------------------------

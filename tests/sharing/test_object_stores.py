@@ -597,3 +597,30 @@ def test_join_then_open_reaches_the_dataset(tmp_path: Path, http_server: HttpSer
     assert LocalObjectStore(tmp_path / "my-ds").get("refs/head") == HEAD_A
     _serve(http_server, "refs/head", HEAD_B)
     assert open_store(join_url(f"{http_server.url}/repo", "ds")).get("refs/head") == HEAD_B
+
+
+# ----- secrets in messages -----
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://user:hunter2pw@host/repo",
+        "ftp://user:hunter2pw@host:notaport/repo",
+        "ftp://user:hunter2/pw@host/repo",
+        "http://host/repo?sig=hunter2pw",
+        "https://host/repo#token=hunter2pw",
+        "s3://bucket/repo?X-Amz-Signature=hunter2pw",
+        "s3+http://user:hunter2pw@host:9000",
+    ],
+)
+def test_store_url_errors_never_show_credentials(url: str) -> None:
+    with pytest.raises(StoreUrlError) as e:
+        open_store(url)
+    assert "hunter2" not in str(e.value) and "***" in str(e.value)
+
+
+def test_s3_store_repr_hides_the_endpoint_credentials() -> None:
+    store = S3ObjectStore("bucket", endpoint_url="http://user:hunter2pw@127.0.0.1:9/?sig=hunter2pw")
+    assert "hunter2pw" not in repr(store)
+    assert "127.0.0.1:9" in repr(store)

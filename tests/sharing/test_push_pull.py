@@ -20,9 +20,10 @@ from pathlib import Path
 import boto3
 import pytest
 
+from airflow_odf.cli.main import main
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.integrity import verify_integrity
-from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.repo.repository import Repository, RepositoryError
 from airflow_odf.odf.sharing.push_pull import pull_dataset, push_dataset, remotes
 from airflow_odf.odf.sharing.serve import RepositoryServer
 from airflow_odf.odf.sharing.sync import DatasetsDivergedError, TamperedObjectError
@@ -355,3 +356,68 @@ def test_tampered_objects_served_over_http_are_rejected(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def repository_files(root: Path) -> dict[str, bytes]:
+    """Every file of a repository except derived summaries and lock files, path -> bytes."""
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != "summary" and not p.name.endswith(".lock")
+    }
+
+
+def test_pulling_a_dataset_here_under_a_second_name_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = make_repo(tmp_path / "a", tmp_path)
+    url = f"file://{folder(a)}"
+    b = Repository.init(tmp_path / "b")
+    pull_dataset(b, url, name="copy")
+    grow(a.dataset(NAME), tmp_path / "more", 2, "m")  # the remote has news: still no second name
+    before = repository_files(b.root)
+    for force in (False, True):
+        with pytest.raises(RepositoryError, match=f"{DID}, already in this repository as 'copy'"):
+            pull_dataset(b, url, name="new", force=force)
+        assert repository_files(b.root) == before
+    assert b.list() == [("copy", DID)]
+    assert main(["pull", url, "--as", "new", "--repo", str(b.root)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already in this repository as 'copy'" in err
+    assert repository_files(b.root) == before
+
+
+def test_the_loser_of_two_pulls_bringing_the_same_head_is_up_to_date(tmp_path: Path) -> None:
+    a = make_repo(tmp_path / "a", tmp_path)
+    url = f"file://{folder(a)}"
+    b = Repository.init(tmp_path / "b")
+    winners: list = []
+
+    def pull_concurrently(_line: str) -> None:
+        """Runs while the other pull is transferring: this one moves the head first."""
+        if not winners:
+            winners.append(pull_dataset(b, url, name=NAME))
+
+    for _ in ("a new dataset", "an update"):
+        lost = pull_dataset(b, url, name=NAME, log=pull_concurrently)
+        assert winners[0].result.new_blocks and lost.result.up_to_date
+        assert b.list() == [(NAME, DID)] and verify_integrity(b.dataset(NAME)) == []
+        same_dataset(folder(a), folder(b))
+        grow(a.dataset(NAME), tmp_path / "more", 1, f"m{len(winners)}")
+        winners.clear()
+
+
+def test_the_loser_of_two_pulls_bringing_different_heads_gets_a_clear_conflict(tmp_path: Path) -> None:
+    a = make_repo(tmp_path / "a", tmp_path)
+    ahead = make_repo(tmp_path / "ahead", tmp_path / "ahead-staging")
+    grow(ahead.dataset(NAME), tmp_path / "more", 1, "m")
+    b = Repository.init(tmp_path / "b")
+    moved_to = []
+
+    def pull_the_longer_chain(_line: str) -> None:
+        if not moved_to:
+            moved_to.append(pull_dataset(b, f"file://{folder(ahead)}", name=NAME).result.new_head)
+
+    with pytest.raises(ConflictError, match=r"head moved to \S+ while transferring"):
+        pull_dataset(b, f"file://{folder(a)}", name=NAME, log=pull_the_longer_chain)
+    assert b.dataset(NAME).head() == moved_to[0] == ahead.dataset(NAME).head()

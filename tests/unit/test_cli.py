@@ -337,3 +337,114 @@ def test_validate_of_a_binary_file(tmp_path: Path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith(f"{path}: ")
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile input (issue 23): `odf` in-process, one clear line and exit code 2, nothing written
+# --------------------------------------------------------------------------------------------------
+
+
+def _in_process(capsys, *args: str | Path) -> tuple[int, str, str]:
+    from airflow_odf.cli.main import main
+
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _snapshot_text(name: str, description: str = "x") -> str:
+    return (
+        f"kind: DatasetSnapshot\nversion: 1\ncontent:\n  name: {name}\n  kind: Root\n"
+        f"  metadata:\n  - kind: SetInfo\n    description: {description}\n"
+    )
+
+
+def _empty_repo(tmp_path: Path, capsys) -> Path:
+    repo = tmp_path / "repo"
+    assert _in_process(capsys, "init", "--repo", repo)[0] == 0
+    return repo
+
+
+def _repo_files(repo: Path) -> list[str]:
+    return sorted(str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file())
+
+
+def test_add_of_a_file_without_a_snapshot_is_an_error(tmp_path: Path, capsys):
+    repo = _empty_repo(tmp_path, capsys)
+    before = _repo_files(repo)
+    src = BLOCKS / "repo_create_block_setinfo.yaml"
+    code, out, err = _in_process(capsys, "add", "--repo", repo, src)
+    assert (code, out) == (2, "")
+    assert err == f"{src}: kind: document 1 is a MetadataBlock, expected DatasetSnapshot\n"
+    assert _repo_files(repo) == before
+
+
+@pytest.mark.parametrize(
+    ("name", "phrase"),
+    [
+        pytest.param(
+            "a" * 300, "is too long for a dataset name (at most 200 characters)", id="300-characters"
+        ),
+        pytest.param("a/b", "an account prefix such as 'acme/' is not supported", id="account-prefix"),
+    ],
+)
+def test_add_and_validate_refuse_the_same_names(name: str, phrase: str, tmp_path: Path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(_snapshot_text(name), encoding="utf-8")
+    code, out, validate_err = _in_process(capsys, "snapshot", "validate", path)
+    assert (code, out) == (2, "")
+    assert validate_err.startswith(f"{path}: content.name: ") and phrase in validate_err
+    repo = _empty_repo(tmp_path, capsys)
+    before = _repo_files(repo)
+    code, out, add_err = _in_process(capsys, "add", "--repo", repo, path)
+    assert (code, out, add_err) == (2, "", validate_err)
+    assert _repo_files(repo) == before
+
+
+def test_add_of_a_snapshot_whose_block_is_too_large_writes_nothing(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
+):
+    path = tmp_path / "s.yaml"
+    path.write_text(_snapshot_text("big.one", "x" * 3_000), encoding="utf-8")
+    repo = _empty_repo(tmp_path, capsys)
+    before = _repo_files(repo)
+    monkeypatch.setenv("ODF_MAX_BLOCK_BYTES", "2000")
+    code, out, err = _in_process(capsys, "add", "--repo", repo, path)
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == "big.one: the block would be larger than the 2000 bytes a block may have (ODF_MAX_BLOCK_BYTES)\n"
+    )
+    # no block, ref or name: at most the empty summary of an unnamed dataset folder, which `gc` removes
+    written = set(_repo_files(repo)) - set(before)
+    assert all(f.startswith("datasets/") and f.endswith("/info/summary") for f in written), written
+    assert _in_process(capsys, "list", "--repo", repo, "--format", "json")[1].strip() == "[]"
+
+
+def test_block_decode_refuses_a_file_over_the_limit_unread(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys
+):
+    path = tmp_path / "big.bin"
+    path.write_bytes(_v3() + bytes(5_000))
+    monkeypatch.setenv("ODF_MAX_BLOCK_BYTES", "4096")
+    code, out, err = _in_process(capsys, "block", "decode", path)
+    assert (code, out) == (2, "")
+    assert err == f"{path}: larger than the 4096 bytes a block may have (ODF_MAX_BLOCK_BYTES)\n"
+
+
+def test_block_encode_over_the_limit_writes_no_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys):
+    src = tmp_path / "b.yaml"
+    src.write_text(
+        "kind: MetadataBlock\nversion: 3\ncontent:\n  systemTime: '2024-01-01T00:00:00Z'\n"
+        f"  sequenceNumber: 0\n  event:\n    kind: SetInfo\n    description: {'x' * 3_000}\n",
+        encoding="utf-8",
+    )
+    output = tmp_path / "b.bin"
+    monkeypatch.setenv("ODF_MAX_BLOCK_BYTES", "2000")
+    code, out, err = _in_process(capsys, "block", "encode", src, "-o", output)
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"{src}: the block would be larger than the 2000 bytes a block may have (ODF_MAX_BLOCK_BYTES)\n"
+    )
+    assert not output.exists()

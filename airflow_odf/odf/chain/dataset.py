@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf.chain.rules import ChainState, apply_block
-from airflow_odf.odf.chain.summary import SUMMARY_KEY, state_from_json, state_to_json
+from airflow_odf.odf.chain.summary import MAX_SUMMARY_BYTES, SUMMARY_KEY, state_from_json, state_to_json
 from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
@@ -98,6 +98,15 @@ class Dataset:
     def head(self) -> Multihash | None:
         return _parse_head(self.store.get_or_none(HEAD_REF))
 
+    def existing_head(self) -> Multihash:
+        """The head of a dataset that must exist (a named one): a missing `refs/head` is damage, not an
+        empty dataset — reading it as empty would hide, or let `gc` delete, every block there is."""
+        head = self.head()
+        if head is None:
+            blocks = sum(1 for _ in self.store.list("blocks"))
+            raise CorruptDatasetError(f"{HEAD_REF} is missing (the dataset has {blocks} block(s))")
+        return head
+
     def block_bytes(self, h: Multihash, *, verify: bool = True) -> bytes:
         try:
             data = self.store.get(block_key(h))
@@ -126,7 +135,7 @@ class Dataset:
     def state(self) -> ChainState:
         """The dataset's current state, from the summary plus any newer blocks (rebuilt when needed)."""
         head = self.head()
-        summary = self._read_summary()
+        summary = self.recorded_summary()
         if summary is not None and summary.head == head:
             return summary
         newer: list[tuple[Multihash, model.MetadataBlock]] = []
@@ -153,14 +162,15 @@ class Dataset:
             raise ChainRuleError("rebase-target", f"block {block_hash} is not in the chain of head {head}")
         return fold(ChainState(), reversed(blocks))
 
-    def _read_summary(self) -> ChainState | None:
-        raw = self.store.get_or_none(SUMMARY_KEY)
-        if raw is None:
-            return None
+    def recorded_summary(self) -> ChainState | None:
+        """The summary as readers use it; None when it is missing, damaged, unreadable or larger than
+        `MAX_SUMMARY_BYTES` (derived data: then rebuilt from the chain)."""
         try:
-            return state_from_json(raw)
+            if self.store.size(SUMMARY_KEY) > MAX_SUMMARY_BYTES:
+                return None
+            return state_from_json(self.store.get(SUMMARY_KEY))
         except (ValueError, KeyError, TypeError, AttributeError, OdfError, ManifestError):
-            return None  # derived data: rebuilt from the chain
+            return None
 
     def _write_summary(self, state: ChainState) -> None:
         with contextlib.suppress(OSError, OdfError):
@@ -253,7 +263,7 @@ class Dataset:
 
     def reset(self, to: Multihash, *, expected_head: ExpectedHead = CURRENT_HEAD) -> CommitResult:
         """Moves the head back to an earlier block of the chain (compare-and-swap)."""
-        head = self.head()
+        head = self.existing_head()
         expected_head = _expected(expected_head)
         if expected_head is not CURRENT_HEAD and expected_head != head:
             raise ConflictError(f"head is {head}, expected {expected_head}")

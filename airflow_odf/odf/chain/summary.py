@@ -23,6 +23,8 @@ from airflow_odf.odf.format.multiformats import DatasetId, Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
 
 SUMMARY_KEY = "info/summary"
+# About 900,000 slices; a larger file is ignored unread (as a damaged one is) and the state rebuilt.
+MAX_SUMMARY_BYTES = 64 * 1024 * 1024
 FORMAT_VERSION = 2  # 2: the slice index (dataSlices, dataCheckpoint)
 
 _EVENTS = ("vocab", "schema", "polling_source", "transform", "info", "license", "attachments")

@@ -42,6 +42,19 @@ class DatasetNotFoundError(RepositoryError):
 
 
 @dataclass(frozen=True)
+class ListedDataset:
+    """One name of the repository: the dataset it names, or (`error`) why its alias file is unusable.
+
+    `name` is safe to print: the name as written in the dataset's `info/alias` when that is a valid name
+    for this alias, else the alias file's own name, escaped when it is not a valid name either.
+    """
+
+    name: str
+    dataset_id: DatasetId | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class AddResult:
     name: str
     dataset_id: DatasetId
@@ -64,6 +77,11 @@ def _local(root: str | Path) -> Path:
     if isinstance(root, str) and root.startswith("file://"):
         return Path(unquote(urlsplit(root).path))
     return Path(root)
+
+
+def _shown(text: str) -> str:
+    """Text from the disk as it may be printed: escaped when it holds control characters."""
+    return text if text.isprintable() else repr(text)
 
 
 class Repository:
@@ -155,24 +173,68 @@ class Repository:
             if self.dataset_by_id(did).head() is None:
                 raise DatasetNotFoundError(f"no dataset {ref} in {self.location}")
             return did
-        raw = self.store.get_or_none(self._alias_key(ref))
-        if raw is None:
+        key = self._alias_key(ref)
+        if not self.store.exists(key):
             raise DatasetNotFoundError(f"no dataset named {ref!r} in {self.location}")
-        return DatasetId.parse(raw.decode())
+        return self._read_alias(key)
+
+    def _read_alias(self, key: str) -> DatasetId:
+        """The DID an alias file holds; RepositoryError naming the file when it holds anything else."""
+        try:
+            return DatasetId.parse(self.store.get(key).decode())
+        except (OdfError, UnicodeDecodeError) as e:
+            reason = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
+            raise RepositoryError(
+                f"{_shown(key)} in {self.location} does not hold a did:odf: {reason}"
+            ) from None
 
     def dataset(self, ref: str) -> Dataset:
         return self.dataset_by_id(self.resolve(ref))
 
     def name_of(self, dataset: Dataset) -> str:
-        raw = dataset.store.get_or_none(ALIAS_KEY)
-        return raw.decode() if raw else "?"
+        """The name a dataset records in `info/alias`, or "?" when that is missing or not a valid name
+        (an alias file is untrusted: it is never returned unless it is a name, so it is safe to print)."""
+        try:
+            name = (dataset.store.get_or_none(ALIAS_KEY) or b"").decode()
+        except (OdfError, UnicodeDecodeError):
+            return "?"
+        return name if is_dataset_name(name) else "?"
 
-    def list(self) -> list[tuple[str, DatasetId]]:
+    def scan(self) -> list[ListedDataset]:
+        """Every name of the repository, sorted, each with its dataset or the reason its alias file is
+        unusable: one damaged alias never hides the others."""
         out = []
         for key in self.store.list("aliases"):
-            did = DatasetId.parse(self.store.get(key).decode())
-            out.append((self.name_of(self.dataset_by_id(did)), did))
-        return sorted(out, key=lambda item: item[0].lower())
+            file_name = key.removeprefix("aliases/")
+            shown = file_name if is_dataset_name(file_name) else repr(file_name)  # never raw control chars
+            try:
+                did = self._read_alias(key)
+                recorded = self.name_of(self.dataset_by_id(did))
+            except OdfError as e:  # e.g. the folder of the datasets is a link out of the repository
+                out.append(ListedDataset(shown, None, str(e)))
+                continue
+            out.append(ListedDataset(recorded if recorded.lower() == file_name else shown, did))
+        return sorted(out, key=lambda entry: entry.name.lower())
+
+    def list(self) -> list[tuple[str, DatasetId]]:
+        """`(name, did)` of every dataset, sorted by name; RepositoryError on a damaged alias file (use
+        `scan` to list around it)."""
+        out = []
+        for entry in self.scan():
+            if entry.dataset_id is None:
+                raise RepositoryError(f"{entry.name}: {entry.error}")
+            out.append((entry.name, entry.dataset_id))
+        return out
+
+    def dataset_of(self, entry: ListedDataset) -> Dataset:
+        """The dataset a listed name leads to; RepositoryError (with its reason) when it leads nowhere."""
+        if entry.dataset_id is None:
+            raise RepositoryError(str(entry.error))
+        return self.dataset_by_id(entry.dataset_id)
+
+    def names_of(self, dataset_id: DatasetId) -> list[str]:
+        """The names that lead to a dataset (one, unless alias files were edited by hand)."""
+        return [e.name for e in self.scan() if e.dataset_id == dataset_id]
 
     # ----- applying snapshots -----
 
@@ -234,26 +296,52 @@ class Repository:
         return AddResult(name, did, True, commit)
 
     def register_name(self, name: str, dataset_id: DatasetId) -> None:
-        """Names an existing dataset folder; ConflictError when the name is taken meanwhile."""
+        """Names an existing dataset folder that has no name yet (nothing to do when it already has this
+        one). A dataset has one name: RepositoryError when it has another; ConflictError when the name
+        was taken by another dataset meanwhile."""
+        names = [n.lower() for n in self.names_of(dataset_id)]
+        if names:
+            if name.lower() in names:
+                return
+            raise RepositoryError(
+                f"{dataset_id} is already in {self.location} as {names[0]!r}; a dataset has one name"
+            )
         self.dataset_by_id(dataset_id).store.put(ALIAS_KEY, name.encode())
-        self.store.compare_and_swap(self._alias_key(name), None, str(dataset_id).encode())
+        key = self._alias_key(name)
+        try:
+            self.store.compare_and_swap(key, None, str(dataset_id).encode())
+        except ConflictError:
+            if self.store.exists(key) and self._read_alias(key) == dataset_id:
+                return  # named so by a concurrent pull of the same dataset
+            raise
 
     # ----- housekeeping -----
 
     def unnamed_datasets(self, min_age_seconds: float) -> list[Path]:
-        """Dataset folders no name points to (left by failed creations), older than `min_age_seconds`."""
+        """Dataset folders left by failed creations, older than `min_age_seconds`: no name points to
+        them, and their `info/alias` records no name or one another dataset holds (they lost a race
+        for it). A folder that only lost its alias file is kept: it is a dataset, not garbage.
+
+        RepositoryError when an alias file is damaged (then what is named cannot be known)."""
         if not self.is_local:
             raise RepositoryError(f"{self.location}: garbage collection runs on local repositories only")
-        named = {str(did).removeprefix("did:odf:") for _, did in self.list()}
+        owners = {name.lower(): str(did).removeprefix("did:odf:") for name, did in self.list()}
         datasets = self.root / "datasets"
-        if not datasets.is_dir():
+        if not datasets.is_dir() or datasets.is_symlink():
             return []
         now = time.time()
-        return [
-            p
-            for p in datasets.iterdir()
-            if p.name not in named and now - p.stat().st_mtime >= min_age_seconds
-        ]
+        out = []
+        for p in datasets.iterdir():
+            if p.name in owners.values() or p.is_symlink() or not p.is_dir():
+                continue
+            try:
+                recorded = self.name_of(Dataset(self.store.child(f"datasets/{p.name}")))
+            except OdfError:  # not even a valid folder name: nothing a dataset could live in
+                recorded = "?"
+            abandoned = recorded == "?" or owners.get(recorded.lower()) not in (None, p.name)
+            if abandoned and now - p.stat().st_mtime >= min_age_seconds:
+                out.append(p)
+        return out
 
     def remove_dataset_dir(self, path: Path) -> None:
         if path.parent != self.root / "datasets" or os.path.islink(path):

@@ -64,8 +64,17 @@ class SharingResult:
 def remotes(dataset: Dataset) -> dict[str, list[str]]:
     """`{"pull": [urls], "push": [urls]}` remembered for a dataset, most recent last."""
     raw = dataset.store.get_or_none(REMOTES_KEY)
-    plain = json.loads(raw) if raw else {}
-    return {PULL: list(plain.get(PULL, [])), PUSH: list(plain.get(PUSH, []))}
+    if not raw:
+        return {PULL: [], PUSH: []}
+    try:
+        plain = json.loads(raw)
+        urls = {d: list(plain.get(d, [])) for d in (PULL, PUSH)}
+        valid = all(isinstance(u, str) for direction in urls.values() for u in direction)
+    except (ValueError, AttributeError, TypeError):
+        valid = False
+    if not valid:
+        raise SyncError(f"{REMOTES_KEY} of {dataset.store!r} is not a JSON object of URL lists")
+    return urls
 
 
 def remember_remote(dataset: Dataset, direction: str, url: str) -> None:
@@ -119,7 +128,9 @@ def pull_dataset(
     """Copies the remote dataset at `url` into the repository as `name` (default: the URL's last part).
 
     Without `url`, `name` must be a dataset pulled before: it is updated from its remembered remote.
-    A new local dataset is created under the remote's own identity (its Seed), then named.
+    A new local dataset is created under the remote's own identity (its Seed), then named. A dataset
+    has one name: a remote dataset already here under another name is refused (RepositoryError naming
+    it) before anything is transferred.
     """
     if url is None:
         if name is None:
@@ -140,6 +151,12 @@ def pull_dataset(
         if not isinstance(seed, model.Seed):
             raise SyncError(f"{url}: the chain does not start with a Seed")
         did = seed.dataset_id
+        existing = repo.names_of(did)
+        if existing:
+            raise RepositoryError(
+                f"{url} is {did}, already in this repository as {existing[0]!r}: "
+                f"pull it under that name (odf pull {existing[0]}); nothing was changed"
+            )
         local = repo.dataset_by_id(did)
         if local.head() is not None:  # known here under another name: update it, then add this name
             result = sync(remote, local, force=force, max_parallel=max_parallel, log=log)

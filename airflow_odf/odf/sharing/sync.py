@@ -28,7 +28,7 @@ from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import decode_block
 from airflow_odf.odf.format.multiformats import Multihash
-from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError
+from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectTooLargeError
 
 _CHUNK = 1 << 20
 DEFAULT_PARALLEL_TRANSFERS = 8
@@ -201,9 +201,14 @@ class _Transfer:
                 actual, size = _copy_hashing(local, staged)
             else:
                 try:
-                    self.source.store.get_file(obj.key, staged)
+                    self.source.store.get_file(obj.key, staged, max_bytes=obj.size)
                 except ObjectNotFoundError:
                     raise self._missing(obj) from None
+                except ObjectTooLargeError as e:
+                    raise TamperedObjectError(
+                        f"source {self.source.store!r}: {obj.key} has more than the {obj.size} bytes block "
+                        f"{obj.block} declares ({e}); nothing was changed at the destination's head"
+                    ) from None
                 actual, size = _hash_file(staged)
             if size != obj.size:
                 raise TamperedObjectError(
@@ -231,6 +236,8 @@ def _check_chain_rules(source: Dataset, destination: Dataset, diff: ChainDiff, r
     Seed) by the chain rules: checked before anything is written."""
     empty = replace or diff.destination_head is None  # then nothing is read (or cached) there
     state = ChainState() if empty else destination.state()
+    if not empty and state.head != diff.destination_head:  # moved since the chains were compared
+        raise ConflictError(f"head is {state.head}, expected {diff.destination_head}")
     try:
         for h, _raw, block in diff.blocks:
             state = apply_block(state, block, h)
@@ -326,6 +333,20 @@ def full_chain(source: Dataset) -> ChainDiff:
     return ChainDiff(Comparison.AHEAD, head, None, list(reversed(list(_walk(source, head)))))
 
 
+def _lost_race(
+    destination: Dataset, diff: ChainDiff, conflict: ConflictError, counts: tuple[int, int, int]
+) -> SyncResult:
+    """Another writer moved the destination's head first. When it moved it to the head this transfer
+    was bringing, the destination holds what was asked: up to date. Otherwise a clear conflict."""
+    head = destination.head()
+    if head == diff.source_head:
+        return SyncResult(Comparison.EQUAL, head, head, [], *counts)
+    raise ConflictError(
+        f"the destination's head moved to {head} while transferring {diff.source_head} ({conflict}); "
+        "this transfer did not change it — run again"
+    ) from None
+
+
 def transfer(
     source: Dataset,
     destination: Dataset,
@@ -347,7 +368,10 @@ def transfer(
         f"({sum(o.size for o in missing)} bytes)"
     )
     replace = diff.comparison is not Comparison.AHEAD
-    _check_chain_rules(source, destination, diff, replace)
+    try:
+        _check_chain_rules(source, destination, diff, replace)
+    except ConflictError as e:
+        return _lost_race(destination, diff, e, (0, len(objects) - len(missing), 0))
     staging = _staging_dir(destination, work_dir)
     try:
         sizes = _run_bounded(_Transfer(source, destination, staging), missing, max_parallel)
@@ -360,9 +384,7 @@ def transfer(
     except ChainRuleError as e:
         raise TamperedObjectError(f"source {source.store!r}: its blocks break the chain rules: {e}") from None
     except ConflictError as e:
-        raise ConflictError(
-            f"the destination's head moved while transferring ({e}); its head was not changed — run again"
-        ) from None
+        return _lost_race(destination, diff, e, (len(missing), len(objects) - len(missing), sum(sizes)))
     return SyncResult(
         diff.comparison,
         diff.destination_head,

@@ -5,35 +5,62 @@ as `<base url>/<key>`. Only the standard library is used. Transient failures (co
 timeouts, 5xx, 429) are retried with exponential back-off, honouring a capped `Retry-After`; a 404 is
 final at once. An optional bearer token is sent only to the configured host (never forwarded on a
 redirect) and never appears in messages or `repr`.
+
+The server is an untrusted peer, so every answer costs bounded memory and time: redirects are followed
+only to http(s) URLs, at most `MAX_REDIRECTS` hops; a ref is read up to `limits.MAX_REF_BYTES`, any
+other object held in memory up to `limits.max_block_bytes()`, a downloaded file up to the size its
+block declares (`get_file(max_bytes=...)`), each refused as soon as the server declares or sends more;
+and each object has an overall deadline (`ODF_HTTP_OBJECT_DEADLINE`, retries included) besides the
+per-read timeout, so a server that drips bytes cannot hold a pull forever.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import math
+import os
+import socket
 import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import BinaryIO, TypeVar
-from urllib.parse import quote, urljoin, urlsplit, urlunsplit
+from typing import TypeVar
+from urllib.parse import quote, urljoin, urlsplit
 
+from airflow_odf.odf import limits
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.storage.store import ObjectNotFoundError, ObjectStore, check_key, writing_atomically
+from airflow_odf.odf.storage.redact import redact_url
+from airflow_odf.odf.storage.store import (
+    ObjectNotFoundError,
+    ObjectStore,
+    check_key,
+    object_too_large,
+    writing_atomically,
+)
 
 USER_AGENT = "airflow-provider-odf"
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_RETRIES = 4
 DEFAULT_BACKOFF = 0.2
 DEFAULT_MAX_DELAY = 10.0
+MAX_REDIRECTS = 5
+OBJECT_DEADLINE_ENV = "ODF_HTTP_OBJECT_DEADLINE"
+DEFAULT_OBJECT_DEADLINE = 600.0
+#: A download expected to be big gets one more second per MiB on top of the deadline, so that a slow
+#: but steady link still finishes a large data file.
+DEADLINE_SECONDS_PER_BYTE = 1 / (1024 * 1024)
 _CHUNK = 1024 * 1024
+#: The body of an error or redirect answer is read (to reuse the connection) only up to this size.
+_DRAIN_LIMIT = 64 * 1024
+_SHOWN_TEXT_LIMIT = 120
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 _NOT_FOUND_STATUSES = frozenset({404, 410})
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _T = TypeVar("_T")
+_Consume = Callable[[http.client.HTTPResponse, "_Deadline"], _T]
 
 
 class ReadOnlyStoreError(OdfError):
@@ -49,18 +76,73 @@ class HttpStoreError(OdfError):
         self.status = status
 
 
-def redact_url(url: str) -> str:
-    """The URL without user:password@ (for messages: credentials never leave the store object)."""
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit(parts._replace(netloc=netloc))
+class _TransientError(Exception):
+    """An answer worth retrying (5xx, 429): what to report, and the server's `Retry-After`."""
+
+    def __init__(self, status: int, failure: str, retry_after: float | None) -> None:
+        super().__init__(failure)
+        self.status = status
+        self.failure = failure
+        self.retry_after = retry_after
+
+
+def default_object_deadline() -> float:
+    """Seconds one object may take, retries included (`ODF_HTTP_OBJECT_DEADLINE`, default 600)."""
+    raw = os.environ.get(OBJECT_DEADLINE_ENV)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_OBJECT_DEADLINE
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (value > 0 and math.isfinite(value)):
+        raise OdfError(f"{OBJECT_DEADLINE_ENV}={raw!r}: expected a positive number of seconds")
+    return value
+
+
+class _Deadline:
+    """The end of one object's transfer. When it passes, the connection in use is shut down: that ends
+    a read blocked on a server that drips its headers or body (each byte within the read timeout)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.expired = False
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, conn: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._conn = conn
+
+    def check(self) -> None:
+        """Raises once expired (a connection opened while the timer fired was not shut down)."""
+        if self.expired:
+            raise TimeoutError("the object's deadline passed")
+
+    def remaining(self) -> float:
+        return max(0.0, self._end - time.monotonic())
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            sock = self._conn.sock if self._conn is not None else None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
 
 
 class HttpObjectStore(ObjectStore):
-    """`GET <base_url>/<key>`; every write (and listing) raises ReadOnlyStoreError."""
+    """`GET <base_url>/<key>`; every write (and listing) raises ReadOnlyStoreError.
+
+    `object_deadline`: seconds one object may take, retries included (None: `ODF_HTTP_OBJECT_DEADLINE`
+    or 600); `timeout` bounds each connect and read."""
 
     def __init__(
         self,
@@ -71,23 +153,24 @@ class HttpObjectStore(ObjectStore):
         retries: int = DEFAULT_RETRIES,
         backoff: float = DEFAULT_BACKOFF,
         max_delay: float = DEFAULT_MAX_DELAY,
+        object_deadline: float | None = None,
         headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise HttpStoreError(f"not an http(s) URL: {redact_url(base_url)}", url=redact_url(base_url))
-        if retries < 0 or timeout <= 0:
-            raise ValueError("retries must be >= 0 and timeout > 0")
+        if retries < 0 or timeout <= 0 or (object_deadline is not None and object_deadline <= 0):
+            raise ValueError("retries must be >= 0, timeout and object_deadline > 0")
         self.base_url = base_url.rstrip("/")
         self._token = bearer_token
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
         self.max_delay = max_delay
+        self.object_deadline = default_object_deadline() if object_deadline is None else object_deadline
         self._headers = {"User-Agent": USER_AGENT, **(headers or {})}
         self._sleep = sleep
-        self._opener = urllib.request.build_opener()
         self._local = threading.local()
 
     @property
@@ -103,21 +186,20 @@ class HttpObjectStore(ObjectStore):
     def _url(self, key: str) -> str:
         return f"{self.base_url}/{quote(check_key(key), safe='/')}"
 
+    def _new_connection(self, url: str) -> http.client.HTTPConnection:
+        parts = urlsplit(url)
+        if parts.scheme == "https":
+            return http.client.HTTPSConnection(
+                parts.hostname or "", parts.port, timeout=self.timeout, context=ssl.create_default_context()
+            )
+        return http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=self.timeout)
+
     def _connection(self) -> http.client.HTTPConnection:
         """This thread's connection to the server, kept open between requests: a pull makes one
         request per block, and a new connection (a TLS handshake over HTTPS) for each would dominate."""
         conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
         if conn is None:
-            parts = urlsplit(self.base_url)
-            if parts.scheme == "https":
-                conn = http.client.HTTPSConnection(
-                    parts.hostname or "",
-                    parts.port,
-                    timeout=self.timeout,
-                    context=ssl.create_default_context(),
-                )
-            else:
-                conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=self.timeout)
+            conn = self._new_connection(self.base_url)
             self._local.conn = conn
         return conn
 
@@ -127,18 +209,19 @@ class HttpObjectStore(ObjectStore):
         if conn is not None:
             conn.close()
 
-    def _send(self, method: str, url: str) -> http.client.HTTPResponse:
+    def _send(self, method: str, url: str, deadline: _Deadline) -> http.client.HTTPResponse:
         """One request on the kept connection; a connection the server closed while idle is reopened
         once without counting as a failed attempt."""
         headers = dict(self._headers)
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
-        target = urlsplit(url)._replace(scheme="", netloc="").geturl() or "/"
         for reopened in (False, True):
             conn = self._connection()
+            deadline.watch(conn)
             reused = conn.sock is not None
             try:
-                conn.request(method, target, headers=headers)
+                conn.request(method, _target(url), headers=headers)
+                deadline.check()
                 return conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self._drop_connection()
@@ -149,61 +232,111 @@ class HttpObjectStore(ObjectStore):
                 raise
         raise AssertionError("unreachable")
 
-    def _request(self, method: str, key: str, consume: Callable[[http.client.HTTPResponse], _T]) -> _T:
+    def _request(self, method: str, key: str, consume: _Consume[_T], *, expected_bytes: int = 0) -> _T:
         """Sends the request and runs `consume` on the response, retrying transient failures (the
-        body is read inside the retry, so a connection dropped mid-body is retried too). A redirect is
-        followed without the token (e.g. to a pre-signed URL on another host)."""
+        body is read inside the retry, so a connection dropped mid-body is retried too), all within
+        the object's deadline."""
+        shown = redact_url(self._url(key))
+        deadline = _Deadline(self.object_deadline + expected_bytes * DEADLINE_SECONDS_PER_BYTE)
+        try:
+            return self._with_retries(method, key, consume, deadline)
+        except (TimeoutError, OSError, http.client.HTTPException):
+            if not deadline.expired:
+                raise
+        finally:
+            deadline.cancel()
+        raise HttpStoreError(
+            f"{method} {shown} did not complete within {deadline.seconds:g} s ({OBJECT_DEADLINE_ENV}); "
+            "gave up",
+            url=shown,
+        )
+
+    def _with_retries(self, method: str, key: str, consume: _Consume[_T], deadline: _Deadline) -> _T:
         url = self._url(key)
         shown = redact_url(url)
         attempts = self.retries + 1
         status: int | None = None
         failure = "no attempt made"
         for attempt in range(attempts):
+            deadline.check()
             retry_after: float | None = None
             try:
-                response = self._send(method, url)
-                status = response.status
-                if status in _REDIRECT_STATUSES:
-                    location = urljoin(url, response.getheader("Location") or "")
-                    response.read()
-                    return self._follow(method, location, consume)
-                if 200 <= status < 300:
-                    try:
-                        return consume(response)
-                    except BaseException:
-                        self._drop_connection()  # the body was not read to its end
-                        raise
-                response.read()  # drain, so that the connection can be used again
-                if status in _NOT_FOUND_STATUSES:
-                    raise ObjectNotFoundError(f"{key} not found at {shown} (HTTP {status})")
-                failure = f"HTTP {status} {response.reason}".rstrip()
-                if status not in _RETRY_STATUSES:
-                    raise HttpStoreError(f"{method} {shown} failed: {failure}", url=shown, status=status)
-                retry_after = _retry_after(response.getheader("Retry-After"))
-            except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as e:
-                status = None
-                reason = getattr(e, "reason", None) or e
-                failure = f"{type(reason).__name__}: {reason}" if str(reason) else type(reason).__name__
+                return self._attempt(method, key, url, consume, deadline)
+            except _TransientError as e:
+                status, failure, retry_after = e.status, e.failure, e.retry_after
+            except (TimeoutError, OSError, http.client.HTTPException) as e:
+                deadline.check()
+                status, failure = None, _describe(e)
             if attempt + 1 < attempts:
                 delay = self.backoff * 2**attempt if retry_after is None else retry_after
-                self._sleep(max(0.0, min(delay, self.max_delay)))
+                self._sleep(max(0.0, min(delay, self.max_delay, deadline.remaining())))
         raise HttpStoreError(
             f"{method} {shown} failed after {attempts} attempt{'s' if attempts > 1 else ''}: {failure}",
             url=shown,
             status=status,
         )
 
-    def _follow(self, method: str, url: str, consume: Callable[[http.client.HTTPResponse], _T]) -> _T:
-        """A redirect's target, fetched without the bearer token (urllib follows further redirects)."""
-        request = urllib.request.Request(url, method=method, headers=self._headers)
+    def _attempt(self, method: str, key: str, url: str, consume: _Consume[_T], deadline: _Deadline) -> _T:
+        """One request, following at most MAX_REDIRECTS http(s) redirects, each on a new connection
+        without the token (e.g. to a pre-signed URL on another host)."""
+        shown = redact_url(url)
+        response = self._send(method, url, deadline)
+        hop: http.client.HTTPConnection | None = None
         try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                return consume(response)
-        except urllib.error.HTTPError as e:
-            with e:
-                if e.code in _NOT_FOUND_STATUSES:
-                    raise ObjectNotFoundError(f"{redact_url(url)} not found (HTTP {e.code})") from None
-                raise http.client.HTTPException(f"HTTP {e.code} from redirect target") from None
+            for hops in range(MAX_REDIRECTS + 1):
+                if response.status not in _REDIRECT_STATUSES:
+                    return self._answer(method, key, shown, response, consume, deadline, kept=hop is None)
+                if hops == MAX_REDIRECTS:
+                    break
+                url = _redirect_target(method, shown, url, response.getheader("Location"))
+                self._discard(response, kept=hop is None)
+                if hop is not None:
+                    hop.close()
+                hop = self._new_connection(url)
+                deadline.watch(hop)
+                hop.request(method, _target(url), headers=self._headers)
+                deadline.check()
+                response = hop.getresponse()
+        finally:
+            if hop is not None:
+                hop.close()
+        raise HttpStoreError(f"{method} {shown}: more than {MAX_REDIRECTS} redirects; gave up", url=shown)
+
+    def _answer(
+        self,
+        method: str,
+        key: str,
+        shown: str,
+        response: http.client.HTTPResponse,
+        consume: _Consume[_T],
+        deadline: _Deadline,
+        *,
+        kept: bool,
+    ) -> _T:
+        status = response.status
+        if 200 <= status < 300:
+            try:
+                return consume(response, deadline)
+            except BaseException:
+                if kept:
+                    self._drop_connection()  # the body was not read to its end
+                raise
+        self._discard(response, kept=kept)
+        if status in _NOT_FOUND_STATUSES:
+            raise ObjectNotFoundError(f"{key} not found at {shown} (HTTP {status})")
+        failure = f"HTTP {status} {_printable(response.reason or '')}".rstrip()
+        if status in _RETRY_STATUSES:
+            raise _TransientError(status, failure, _retry_after(response.getheader("Retry-After")))
+        raise HttpStoreError(f"{method} {shown} failed: {failure}", url=shown, status=status)
+
+    def _discard(self, response: http.client.HTTPResponse, *, kept: bool) -> None:
+        """Reads a short answer body so that the connection can be used again; a long (or endless) one
+        is left unread and the connection dropped."""
+        response.read(_DRAIN_LIMIT)
+        if not response.isclosed():
+            response.close()
+            if kept:
+                self._drop_connection()
 
     def _read_only(self, action: str) -> ReadOnlyStoreError:
         return ReadOnlyStoreError(
@@ -213,30 +346,47 @@ class HttpObjectStore(ObjectStore):
     # ----- reading -----
 
     def get(self, key: str) -> bytes:
-        return self._request("GET", key, _read_all)
+        """The whole object in memory: a ref up to `MAX_REF_BYTES`, anything else (a block) up to
+        `limits.max_block_bytes()`."""
+        if key.startswith("refs/"):
+            limit, why = limits.MAX_REF_BYTES, "the most a ref may hold"
+        else:
+            limit, why = limits.max_block_bytes(), f"the limit {limits.MAX_BLOCK_BYTES_ENV}"
+        where = self.url
 
-    def get_file(self, key: str, target: Path) -> None:
-        """Streams in chunks into a temp file next to `target`; a retry starts the file over."""
+        def read(response: http.client.HTTPResponse, deadline: _Deadline) -> bytes:
+            return b"".join(_chunks(response, deadline, key, where, limit, why))
 
-        def download(response: http.client.HTTPResponse) -> None:
+        return self._request("GET", key, read)
+
+    def get_file(self, key: str, target: Path, *, max_bytes: int | None = None) -> None:
+        """Streams in chunks into a temp file next to `target`; a retry starts the file over. With
+        `max_bytes` (the size the block declares) the download stops at the first byte beyond it, and
+        the object's deadline grows with it."""
+        where = self.url
+
+        def download(response: http.client.HTTPResponse, deadline: _Deadline) -> None:
             with writing_atomically(target) as f:
-                _copy(response, f)
+                for chunk in _chunks(
+                    response, deadline, key, where, max_bytes, "its block declares that size"
+                ):
+                    f.write(chunk)
 
-        self._request("GET", key, download)
+        self._request("GET", key, download, expected_bytes=max_bytes or 0)
 
     def _head(self, key: str) -> int | None:
         """Content-Length by HEAD; servers without HEAD (405/501) are asked with GET instead."""
         try:
-            return self._request("HEAD", key, _content_length)
+            return self._request("HEAD", key, lambda response, _deadline: _content_length(response))
         except HttpStoreError as e:
             if e.status not in (405, 501):
                 raise
-        return self._request("GET", key, lambda r: len(_read_all(r)))
+        return self._request("GET", key, _count_body)
 
     def size(self, key: str) -> int:
         length = self._head(key)
         if length is None:  # HEAD without Content-Length (e.g. chunked): count the body
-            length = self._request("GET", key, lambda r: len(_read_all(r)))
+            length = self._request("GET", key, _count_body)
         return length
 
     # ----- not possible over plain GET -----
@@ -260,8 +410,36 @@ class HttpObjectStore(ObjectStore):
         raise self._read_only(f"move {key}")
 
 
-def _read_all(response: http.client.HTTPResponse) -> bytes:
-    return response.read()
+def _target(url: str) -> str:
+    """The request target (path and query) of an absolute URL."""
+    return urlsplit(url)._replace(scheme="", netloc="").geturl() or "/"
+
+
+def _redirect_target(method: str, shown: str, url: str, location: str | None) -> str:
+    """The absolute URL a redirect leads to; anything but an http(s) URL with a host is refused."""
+    try:
+        target = urljoin(url, location or "")
+        parts = urlsplit(target)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise HttpStoreError(
+            f"{method} {shown} redirects to something else than an http(s) URL; not followed", url=shown
+        )
+    return target
+
+
+def _printable(text: str) -> str:
+    """Server-chosen text for a message: printable characters only, cut short."""
+    clean = "".join(c if c.isprintable() else "?" for c in text[: _SHOWN_TEXT_LIMIT + 1])
+    return clean if len(clean) <= _SHOWN_TEXT_LIMIT else f"{clean[:_SHOWN_TEXT_LIMIT]}…"
+
+
+def _describe(error: BaseException) -> str:
+    """One line on a failed attempt (the exception's text may quote what the server sent)."""
+    text = str(error)
+    return f"{type(error).__name__}: {_printable(redact_url(text))}" if text else type(error).__name__
 
 
 def _content_length(response: http.client.HTTPResponse) -> int | None:
@@ -269,14 +447,30 @@ def _content_length(response: http.client.HTTPResponse) -> int | None:
     return int(value) if value is not None and value.strip().isdigit() else None
 
 
-def _copy(response: http.client.HTTPResponse, target: BinaryIO) -> None:
-    expected = _content_length(response)
-    copied = 0
-    while chunk := response.read(_CHUNK):
-        target.write(chunk)
-        copied += len(chunk)
-    if expected is not None and copied != expected:
-        raise http.client.IncompleteRead(b"", expected - copied)
+def _chunks(
+    response: http.client.HTTPResponse, deadline: _Deadline, key: str, where: str, limit: int | None, why: str
+) -> Iterator[bytes]:
+    """The body in chunks; refused when the server declares or sends more than `limit` bytes, and
+    retried (IncompleteRead) when it sends less than it declared. A body cut by the deadline is never
+    taken for a complete one (without Content-Length, its end is the connection's)."""
+    declared = _content_length(response)
+    if limit is not None and declared is not None and declared > limit:
+        raise object_too_large(key, where, limit, f"the server declares {declared} bytes; {why}")
+    received = 0
+    while chunk := response.read(_CHUNK if limit is None else min(_CHUNK, limit + 1 - received)):
+        received += len(chunk)
+        if limit is not None and received > limit:
+            raise object_too_large(key, where, limit, f"the server sent more; {why}")
+        yield chunk
+    deadline.check()
+    if declared is not None and received != declared:
+        raise http.client.IncompleteRead(b"", declared - received)
+
+
+def _count_body(response: http.client.HTTPResponse, deadline: _Deadline) -> int:
+    """The body's length, read and dropped chunk by chunk (bounded in memory, and in time by the
+    object's deadline)."""
+    return sum(len(chunk) for chunk in _chunks(response, deadline, "", "", None, ""))
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -291,3 +485,14 @@ def _retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+__all__ = [
+    "DEFAULT_OBJECT_DEADLINE",
+    "MAX_REDIRECTS",
+    "OBJECT_DEADLINE_ENV",
+    "HttpObjectStore",
+    "HttpStoreError",
+    "ReadOnlyStoreError",
+    "default_object_deadline",
+]

@@ -1,5 +1,10 @@
 """The local disk as an object store: files under a directory, written to a temp file and renamed,
-refs moved under a file lock, directories fsynced so that a commit survives a crash."""
+refs moved under a file lock, directories fsynced so that a commit survives a crash.
+
+A repository on disk is untrusted input like any other: nothing is read or written through a symbolic
+link that leads out of the store's boundary (the repository root), only regular files are read, and
+refs, names and blocks are refused before they are read when they are larger than any real one.
+"""
 
 from __future__ import annotations
 
@@ -7,43 +12,107 @@ import contextlib
 import fcntl
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from airflow_odf.odf import limits
+from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.storage.store import (
     ConflictError,
     ObjectNotFoundError,
     ObjectStore,
     check_key,
+    object_too_large,
     writing_atomically,
 )
 
 
-class LocalObjectStore(ObjectStore):
-    """A directory on the local file system. Writes go to a temp file then `os.replace`."""
+class UnsafeObjectError(OdfError):
+    """An object the local store refuses: not a regular file, or reached through a symbolic link that
+    leads out of the repository. (One larger than its limit: `ObjectTooLargeError`.)"""
 
-    def __init__(self, root: str | Path) -> None:
+
+def read_limit(key: str) -> tuple[int, str] | None:
+    """The most bytes `get` reads for a key, and why: refs and names hold one hash or name, blocks are
+    capped by `limits.max_block_bytes()`; other objects (summaries, data) are not capped here."""
+    if key.startswith(("refs/", "aliases/")) or key == "info/alias":
+        return limits.MAX_REF_BYTES, "more than a ref or name holds"
+    if key.startswith("blocks/"):
+        return limits.max_block_bytes(), f"the block limit, {limits.MAX_BLOCK_BYTES_ENV}"
+    return None
+
+
+def _inside(path: str, boundary: str) -> bool:
+    return path == boundary or path.startswith(boundary.rstrip(os.sep) + os.sep)
+
+
+class LocalObjectStore(ObjectStore):
+    """A directory on the local file system. Writes go to a temp file then `os.replace`.
+
+    `boundary` (default: `root`; sub-stores inherit their parent's) is the directory no read or write
+    may leave through a symbolic link.
+    """
+
+    def __init__(self, root: str | Path, *, boundary: str | Path | None = None) -> None:
         self.root = Path(root)
+        self.boundary = os.path.realpath(self.root if boundary is None else boundary)
 
     def __repr__(self) -> str:
         return f"LocalObjectStore({str(self.root)!r})"
 
     def _path(self, key: str) -> Path:
-        return self.root / check_key(key)
+        """The key's path, once its folder is known to resolve inside the boundary."""
+        path = self.root / check_key(key)
+        if not _inside(os.path.realpath(path.parent), self.boundary):
+            raise UnsafeObjectError(f"{key}: its folder is a symbolic link out of {self.boundary}; refused")
+        return path
+
+    def _resolved(self, key: str) -> str:
+        """Where the key's path leads (through links inside the boundary); never out of the boundary."""
+        resolved = os.path.realpath(self._path(key))
+        if not _inside(resolved, self.boundary):
+            raise UnsafeObjectError(f"{key} is a symbolic link out of {self.boundary}; refused")
+        return resolved
 
     def local_path(self, key: str) -> Path:
-        return self._path(key)
+        self._resolved(key)
+        return self.root / key
 
     def child(self, prefix: str) -> LocalObjectStore:
-        return LocalObjectStore(self._path(prefix))
+        return LocalObjectStore(self._path(prefix), boundary=self.boundary)
+
+    def _not_found(self, key: str) -> ObjectNotFoundError:
+        return ObjectNotFoundError(f"{key} not found in {self.root}")
 
     def get(self, key: str) -> bytes:
+        """The object's bytes: only a regular file, at most `read_limit(key)` bytes (a larger one is
+        refused unread); O_NONBLOCK so that a FIFO planted in the repository cannot block the reader."""
         try:
-            return self._path(key).read_bytes()
+            fd = os.open(self._resolved(key), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except (FileNotFoundError, NotADirectoryError):
-            raise ObjectNotFoundError(f"{key} not found in {self.root}") from None
+            raise self._not_found(key) from None
+        except OSError as e:
+            raise UnsafeObjectError(f"{key} in {self.root} cannot be read: {e.strerror or e}") from None
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            what = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise UnsafeObjectError(f"{key} in {self.root} is {what}")
+        with os.fdopen(fd, "rb") as f:
+            capped = read_limit(key)
+            if capped is None:
+                return f.read()
+            limit, why = capped
+            too_large = object_too_large(key, str(self.root), limit, why)
+            if info.st_size > limit:
+                raise too_large
+            data = f.read(limit + 1)  # it may grow while read
+        if len(data) > limit:
+            raise too_large
+        return data
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
         with writing_atomically(path) as f:
@@ -98,22 +167,27 @@ class LocalObjectStore(ObjectStore):
             os.fsync(f.fileno())
         os.replace(tmp, target)
 
-    def get_file(self, key: str, target: Path) -> None:
+    def get_file(self, key: str, target: Path, *, max_bytes: int | None = None) -> None:
         try:
-            source = open(self._path(key), "rb")  # noqa: SIM115 - closed by the `with` below
+            source = open(self._resolved(key), "rb")  # noqa: SIM115 - closed by the `with` below
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-            raise ObjectNotFoundError(f"{key} not found in {self.root}") from None
+            raise self._not_found(key) from None
         with source, writing_atomically(target) as f:
-            shutil.copyfileobj(source, f, 1024 * 1024)
+            copied = 0
+            while chunk := source.read(1024 * 1024):
+                copied += len(chunk)
+                if max_bytes is not None and copied > max_bytes:
+                    raise object_too_large(key, str(self.root), max_bytes, "more than expected")
+                f.write(chunk)
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return os.path.isfile(self._resolved(key))
 
     def size(self, key: str) -> int:
         try:
-            return self._path(key).stat().st_size
-        except FileNotFoundError:
-            raise ObjectNotFoundError(f"{key} not found in {self.root}") from None
+            return os.stat(self._resolved(key)).st_size
+        except (FileNotFoundError, NotADirectoryError):
+            raise self._not_found(key) from None
 
     def list(self, prefix: str) -> Iterator[str]:
         directory = self._path(prefix)
@@ -134,7 +208,7 @@ class LocalObjectStore(ObjectStore):
         with open(lock_path, "a+b") as lock:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
             try:
-                current = path.read_bytes() if path.is_file() else None
+                current = self.get_or_none(key)
                 if current != expected:
                     raise ConflictError.changed(key, expected, current)
                 if new is None:

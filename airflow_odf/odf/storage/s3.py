@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.storage.redact import redact_text, redact_url
 from airflow_odf.odf.storage.store import (
     ConflictError,
     ObjectNotFoundError,
     ObjectStore,
     check_key,
+    object_too_large,
     writing_atomically,
 )
 
@@ -180,8 +182,13 @@ class S3ObjectStore(ObjectStore):
     def endpoint_url(self) -> str | None:
         return getattr(getattr(self.client, "meta", None), "endpoint_url", None)
 
+    @property
+    def _shown_endpoint(self) -> str | None:
+        """The endpoint for messages: without user-info or query (see `redact_url`)."""
+        return None if self.endpoint_url is None else redact_url(self.endpoint_url)
+
     def __repr__(self) -> str:
-        return f"S3ObjectStore({self.url!r}, endpoint={self.endpoint_url!r})"
+        return f"S3ObjectStore({self.url!r}, endpoint={self._shown_endpoint!r})"
 
     # ----- plumbing -----
 
@@ -197,7 +204,7 @@ class S3ObjectStore(ObjectStore):
         except client_error as e:
             raise self._translate(op, key, e) from e
         except boto_error as e:
-            raise S3StoreError(f"{op} {self.url}/{key} failed: {e}") from e
+            raise S3StoreError(f"{op} {self.url}/{key} failed: {redact_text(str(e))}") from e
 
     def _translate(self, op: str, key: str, e: Any) -> OdfError:
         error = e.response.get("Error", {})
@@ -211,11 +218,11 @@ class S3ObjectStore(ObjectStore):
             )
         if code == "NoSuchBucket":
             return S3StoreError(
-                f"bucket {self.bucket!r} does not exist (endpoint {self.endpoint_url})",
+                f"bucket {self.bucket!r} does not exist (endpoint {self._shown_endpoint})",
                 code=code,
                 status=status,
             )
-        message = error.get("Message") or ""
+        message = redact_text(str(error.get("Message") or ""))
         return S3StoreError(
             f"{op} {self.url}/{key} failed: {code} (HTTP {status}) {message}".rstrip(),
             code=code,
@@ -241,8 +248,11 @@ class S3ObjectStore(ObjectStore):
     def get(self, key: str) -> bytes:
         return self._read(key)[0]
 
-    def get_file(self, key: str, target: Path) -> None:
-        """Streams to a temp file next to `target` (ranged parallel parts for big objects)."""
+    def get_file(self, key: str, target: Path, *, max_bytes: int | None = None) -> None:
+        """Streams to a temp file next to `target` (ranged parallel parts for big objects); the
+        transfer reads the size the store reports, so a larger one than `max_bytes` is refused first."""
+        if max_bytes is not None and (size := self.size(key)) > max_bytes:
+            raise object_too_large(key, self.url, max_bytes, f"the store reports {size} bytes")
         full = self._key(key)
         with writing_atomically(target) as f:
             self._call(

@@ -39,6 +39,16 @@ def _show(value: bytes | None) -> str:
     return "nothing" if value is None else value.decode(errors="replace")
 
 
+class ObjectTooLargeError(OdfError):
+    """An object is larger than its reader accepts: a peer sending more than it declared or than a
+    limit allows. Nothing of it was kept."""
+
+
+def object_too_large(key: str, where: str, limit: int, detail: str) -> ObjectTooLargeError:
+    """The one message for an object refused for its size, naming the object, the store and why."""
+    return ObjectTooLargeError(f"{key} at {where} is larger than {limit} bytes ({detail}); refused")
+
+
 class InvalidKeyError(OdfError, ValueError):
     """A key that could escape the store (`..`, absolute paths, empty parts)."""
 
@@ -110,9 +120,13 @@ class ObjectStore(ABC):
         """The store of the keys under `prefix/` (a repository's datasets live in sub-stores)."""
         raise OdfError(f"{self!r} cannot open sub-stores")
 
-    def get_file(self, key: str, target: Path) -> None:
-        """Copies an object to a local file, all or nothing; remote backends stream big objects."""
+    def get_file(self, key: str, target: Path, *, max_bytes: int | None = None) -> None:
+        """Copies an object to a local file, all or nothing; remote backends stream big objects.
+        `max_bytes` (e.g. the size a block declares): a larger object is refused (ObjectTooLargeError)
+        and `target` is left untouched; streaming backends stop reading one byte beyond it."""
         data = self.get(key)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise object_too_large(key, repr(self), max_bytes, "more than expected")
         with writing_atomically(target) as f:
             f.write(data)
 

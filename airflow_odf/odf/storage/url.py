@@ -12,8 +12,9 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.storage.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpObjectStore, redact_url
+from airflow_odf.odf.storage.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpObjectStore
 from airflow_odf.odf.storage.local import LocalObjectStore
+from airflow_odf.odf.storage.redact import redact_url
 from airflow_odf.odf.storage.store import ObjectStore
 
 SUPPORTED_SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
@@ -36,6 +37,7 @@ class StoreCredentials:
     bearer_token: str | None = field(default=None, repr=False)
     http_timeout: float | None = None
     http_retries: int | None = None
+    http_object_deadline: float | None = None  # None: $ODF_HTTP_OBJECT_DEADLINE or 600 s
     engine_scheme: str | None = None  # e.g. "s3a": the Spark cluster reads the bucket itself
 
 
@@ -90,6 +92,7 @@ def open_store(url: str, *, credentials: StoreCredentials | None = None) -> Obje
             bearer_token=creds.bearer_token,
             timeout=creds.http_timeout if creds.http_timeout is not None else DEFAULT_TIMEOUT,
             retries=creds.http_retries if creds.http_retries is not None else DEFAULT_RETRIES,
+            object_deadline=creds.http_object_deadline,
         )
     return _open_s3(url, scheme, creds)
 
@@ -104,16 +107,16 @@ def _open_s3(url: str, scheme: str, creds: StoreCredentials) -> ObjectStore:
         endpoint = creds.endpoint_url  # None: boto3 reads AWS_ENDPOINT_URL(_S3) or uses AWS
         path_style = None
         if not bucket:
-            raise StoreUrlError(f"S3 URL without a bucket: {url} (expected s3://bucket/prefix)")
+            raise StoreUrlError(f"S3 URL without a bucket: {redact_url(url)} (expected s3://bucket/prefix)")
     else:
         if not parts.hostname:
-            raise StoreUrlError(f"S3 URL without an endpoint host: {url}")
+            raise StoreUrlError(f"S3 URL without an endpoint host: {redact_url(url)}")
         endpoint = f"{scheme.removeprefix('s3+')}://{parts.netloc}"
         bucket, _, prefix = path.partition("/")
         path_style = True
         if not bucket:
             raise StoreUrlError(
-                f"S3 URL without a bucket: {url} (expected {scheme}://host:port/bucket/prefix)"
+                f"S3 URL without a bucket: {redact_url(url)} (expected {scheme}://host:port/bucket/prefix)"
             )
     from airflow_odf.odf.storage.s3 import S3ObjectStore
 
