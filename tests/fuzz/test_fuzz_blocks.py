@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from airflow_odf.odf.errors import BlockDecodeError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import decode_block
+from tests.fuzz.conftest import Outcomes
 from tests.paths import CONFORMANCE_BLOCKS
 
 VECTORS = [p.read_bytes() for p in sorted(CONFORMANCE_BLOCKS.glob("*.bin"))]
@@ -88,11 +89,13 @@ def test_every_vector_decodes() -> None:
 
 
 @given(data=mutated_blocks())
-def test_a_mutated_block_decodes_or_is_a_block_decode_error(data: bytes) -> None:
+def test_a_mutated_block_decodes_or_is_a_block_decode_error(data: bytes, outcomes: Outcomes) -> None:
     with time_limit(SECONDS_PER_DECODE):
         try:
             block = decode_block(data)
         except BlockDecodeError as e:
             assert str(e) and "\n" not in str(e)
+            outcomes.record("block bytes", "refused")
         else:
             assert isinstance(block, model.MetadataBlock)
+            outcomes.record("block bytes", "accepted")

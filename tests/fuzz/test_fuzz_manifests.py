@@ -23,6 +23,7 @@ from airflow_odf.cli.errors import EXIT_BAD_INPUT
 from airflow_odf.cli.main import main
 from airflow_odf.odf.errors import ManifestError
 from airflow_odf.odf.format.manifests import load_manifests
+from tests.fuzz.conftest import Outcomes
 from tests.fuzz.test_fuzz_blocks import time_limit
 from tests.paths import CONFORMANCE_BLOCKS
 
@@ -110,19 +111,21 @@ def mutated_manifests(draw: st.DrawFn) -> str:
 
 
 @given(text=mutated_manifests())
-def test_a_mutated_manifest_is_read_or_each_problem_is_one_line(text: str) -> None:
+def test_a_mutated_manifest_is_read_or_each_problem_is_one_line(text: str, outcomes: Outcomes) -> None:
     with time_limit(SECONDS_PER_MANIFEST):
         try:
             manifests = load_manifests(text, "m.yaml")
         except ManifestError as e:
             assert e.problems
             assert all(len(line.splitlines()) == 1 for line in e.lines()), e.lines()
+            outcomes.record("manifest (library)", "refused")
         else:
             assert manifests
+            outcomes.record("manifest (library)", "accepted")
 
 
 @given(text=mutated_manifests())
-def test_odf_snapshot_validate_of_a_mutated_manifest_is_ok_or_clear(text: str) -> None:
+def test_odf_snapshot_validate_of_a_mutated_manifest_is_ok_or_clear(text: str, outcomes: Outcomes) -> None:
     with tempfile.TemporaryDirectory() as tmp, time_limit(SECONDS_PER_MANIFEST):
         path = Path(tmp) / "m.yaml"
         path.write_text(text, encoding="utf-8")
@@ -136,3 +139,4 @@ def test_odf_snapshot_validate_of_a_mutated_manifest_is_ok_or_clear(text: str) -
         assert lines == [] and out.getvalue().startswith(f"{path}: ok (")
     else:
         assert lines and all(line.startswith(f"{path}: ") for line in lines), err.getvalue()
+    outcomes.record("manifest (odf snapshot validate)", "accepted" if code == 0 else f"refused (exit {code})")

@@ -26,6 +26,7 @@ from airflow_odf.odf.chain.dataset import block_key
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
+from tests.fuzz.conftest import Outcomes
 from tests.unit.test_tampered_repository import NAME, OTHER, make_repository
 
 EXIT_CODES = {0, 2, 3, 4}
@@ -144,7 +145,9 @@ def check(code: int, err: str) -> None:
         max_size=3,
     )
 )
-def test_commands_on_a_tampered_repository(pristine: Path, edits: list[tuple[int, str, int]]) -> None:
+def test_commands_on_a_tampered_repository(
+    pristine: Path, edits: list[tuple[int, str, int]], outcomes: Outcomes
+) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root, outside = Path(scratch) / "repo", Path(scratch) / "outside"
         shutil.copytree(pristine, root, symlinks=True)
@@ -158,9 +161,13 @@ def test_commands_on_a_tampered_repository(pristine: Path, edits: list[tuple[int
         for argv in (*commands, ["verify", OTHER, "--integrity"]):
             code, _, err = run(*argv, "--repo", str(root))
             check(code, err)
+            outcomes.record(
+                f"tampered repository: odf {argv[0]}", "ok" if code == 0 else f"refused (exit {code})"
+            )
         keep = protected(Repository(root))  # also when the marker is gone
         code, _, err = run("gc", "--min-age", "0", "--repo", str(root))
         check(code, err)
+        outcomes.record("tampered repository: odf gc", "ok" if code == 0 else f"refused (exit {code})")
         after = {f"{k}": v for k, v in tree(root / "datasets").items()}
         assert {k: after.get(k) for k in keep} == keep
         assert tree(outside) == before_outside
