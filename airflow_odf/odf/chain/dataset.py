@@ -146,7 +146,8 @@ class Dataset:
                 break
             newer.append((h, block))
         state = fold(base, reversed(newer))
-        self._write_summary(state)
+        if head is not None:  # a dataset being created gets its summary with its first commit
+            self._write_summary(state)
         return state
 
     def state_at(self, block_hash: Multihash) -> ChainState:
