@@ -81,6 +81,11 @@ def repo(tmp_path: Path, src: Path, spark: SparkSession) -> Path:
     return root
 
 
+def _text_pull(repo: Path, src: Path) -> list[str]:
+    """The argv of a recursive `odf pull` of `big.upper` printing text, reading sources from `src`."""
+    return ["pull", "--repo", str(repo), "-r", "big.upper", "--master", "local[2]", "--source-root", str(src)]
+
+
 def _pull(repo: Path, capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> Any:
     """`odf pull ... --format json`: the printed JSON (stderr is left to `capsys`)."""
     capsys.readouterr()
@@ -153,22 +158,7 @@ def test_recursive_pull_updates_the_pipeline_in_order(
     # new data: the next recursive pull carries only it down the pipeline
     (src / "c.csv").write_text(HEADER + "2020-01-03T00:00:00Z,d,70\n2020-01-03T00:00:00Z,e,7\n")
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "pull",
-                "--repo",
-                str(repo),
-                "-r",
-                "big.upper",
-                "--master",
-                "local[2]",
-                "--source-root",
-                str(src),
-            ]
-        )
-        == 0
-    )
+    assert main(_text_pull(repo, src)) == 0
     assert capsys.readouterr().out.splitlines() == [
         f"cities: 2 record(s) in 1 new block(s), head {Repository.open(repo).dataset('cities').head()}",
         f"big: 1 record(s) in 1 new block(s), head {Repository.open(repo).dataset('big').head()}",
@@ -248,22 +238,7 @@ def test_a_failure_skips_downstream_and_the_rest_runs(
 
     # text: one line per dataset on stdout
     capsys.readouterr()
-    assert (
-        main(
-            [
-                "pull",
-                "--repo",
-                str(repo),
-                "-r",
-                "big.upper",
-                "--master",
-                "local[2]",
-                "--source-root",
-                str(src),
-            ]
-        )
-        == 2
-    )
+    assert main(_text_pull(repo, src)) == 2
     captured = capsys.readouterr()
     assert captured.out.splitlines() == [
         "cities: failed",

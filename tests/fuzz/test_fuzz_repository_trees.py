@@ -27,7 +27,7 @@ from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
 from tests.fuzz.conftest import Outcomes
-from tests.unit.test_tampered_repository import NAME, OTHER, make_repository
+from tests.unit.test_tampered_repository import NAME, OTHER, make_repository, tree
 
 EXIT_CODES = {0, 2, 3, 4}
 EDITS = ("truncate", "flip", "delete", "garbage", "directory", "link-out", "huge")
@@ -71,22 +71,6 @@ def tamper(root: Path, rel: str, edit: str, seed: int, outside: Path) -> None:
     elif edit == "huge":
         with open(path, "r+b") as f:  # sparse: beyond every cap, costs no disk
             f.truncate(1 << 30)
-
-
-def tree(root: Path) -> dict[str, bytes | str]:
-    """Every file and link under `root` (links by target, not followed; files of more than 1 MiB — the
-    sparse "huge" ones — by size), except derived summaries and lock files."""
-    out: dict[str, bytes | str] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in [*dirnames, *filenames]:
-            path = Path(dirpath, name)
-            rel = path.relative_to(root).as_posix()
-            if path.is_symlink():
-                out[rel] = f"-> {os.readlink(path)}"
-            elif path.is_file() and not rel.endswith("info/summary") and not name.endswith(".lock"):
-                size = path.stat().st_size
-                out[rel] = path.read_bytes() if size <= 1 << 20 else f"{size} bytes"
-    return out
 
 
 def run(*argv: str) -> tuple[int, str, str]:

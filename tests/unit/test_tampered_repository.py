@@ -51,7 +51,8 @@ def folder(repo: Repository, did: DatasetId = DID) -> Path:
 
 
 def tree(root: Path) -> dict[str, bytes | str]:
-    """Every file and link under `root` (links by target, not followed), except derived summaries."""
+    """Every file and link under `root` (links by target, not followed; files of more than 1 MiB — the
+    sparse "huge" ones — by size), except derived summaries and lock files."""
     out: dict[str, bytes | str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
@@ -60,7 +61,8 @@ def tree(root: Path) -> dict[str, bytes | str]:
             if path.is_symlink():
                 out[rel] = f"-> {os.readlink(path)}"
             elif path.is_file() and not rel.endswith(SUMMARY_KEY) and not name.endswith(".lock"):
-                out[rel] = path.read_bytes()
+                size = path.stat().st_size
+                out[rel] = path.read_bytes() if size <= 1 << 20 else f"{size} bytes"
     return out
 
 
