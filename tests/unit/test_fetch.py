@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -486,13 +485,13 @@ def test_glob_backfill_lists_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     names = [f"part-{i:05d}.csv" for i in range(1000)]
     make_files(tmp_path, names)
     calls = []
-    real_glob = glob.glob
+    real_scandir = os.scandir
 
-    def counting_glob(*args: object, **kwargs: object) -> list[str]:
-        calls.append(args)
-        return real_glob(*args, **kwargs)  # type: ignore[arg-type]
+    def counting_scandir(path: str) -> object:
+        calls.append(path)
+        return real_scandir(path)
 
-    monkeypatch.setattr(glob, "glob", counting_glob)
+    monkeypatch.setattr(os, "scandir", counting_scandir)
     fetcher = SourceFetcher(FetchStepFilesGlob(path=str(tmp_path / "*.csv")), options(tmp_path))
     results = drain(fetcher)
     assert [r.files[0].name for r in results] == names

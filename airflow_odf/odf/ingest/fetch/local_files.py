@@ -3,10 +3,15 @@
 A manifest could otherwise read any file the worker can (`file:///etc/shadow`, `/proc/self/environ`)
 and ingest it. The check is on the real path of each file actually read, so neither a symlink (the
 file's or a parent's) nor a `..` leads out; a glob is refused before it lists a directory outside.
+
+Globs are matched by our own walk rather than `glob.glob`: the standard one follows directory links
+under `**`, so a link loop (`sub/up -> ..`) made `**/**/*.csv` list an exponential number of paths. Here
+`**` never enters a linked directory and each (directory, pattern part) is visited once.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import os
 from pathlib import Path, PurePath
@@ -35,8 +40,61 @@ def list_glob(pattern: str, options: FetchOptions, where: str) -> list[tuple[Pat
     parts = PurePath(os.path.abspath(pattern)).parts
     fixed = next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts))
     confine(Path(*parts[: max(fixed, 1)]), options, where)
-    matches = [Path(p) for p in glob.glob(pattern, recursive=True)]
-    return [(p, confine(p, options, where)) for p in matches if p.is_file()]
+    top, rest = Path(*parts[:fixed]), parts[fixed:]
+    matches = _walk(top, rest, options, where) if rest else [top] if top.is_file() else []
+    return [(p, confine(p, options, where)) for p in matches]
+
+
+def _walk(top: Path, parts: tuple[str, ...], options: FetchOptions, where: str) -> list[Path]:
+    """The regular files under `top` matching `parts`, as `glob` matches them (`*`, `?` and `[...]`
+    within a name, not matching a leading dot; `**` for any number of directories), except that `**`
+    does not enter linked directories. Every directory listed must lie in an allowed directory."""
+    found: dict[Path, None] = {}
+    seen: set[tuple[Path, int]] = set()
+    pending = [(top, 0)]
+    while pending:
+        directory, index = pending.pop()
+        if (directory, index) in seen:
+            continue
+        seen.add((directory, index))
+        part, last = parts[index], index == len(parts) - 1
+        if part == "**":
+            if not last:
+                pending.append((directory, index + 1))
+            for entry in _listing(directory, options, where):
+                if entry.name.startswith("."):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((Path(entry.path), index))
+                elif last and entry.is_file():
+                    found[Path(entry.path)] = None
+            continue
+        if glob.has_magic(part):
+            hidden = part.startswith(".")
+            candidates = [
+                Path(e.path)
+                for e in _listing(directory, options, where)
+                if fnmatch.fnmatchcase(e.name, part) and (hidden or not e.name.startswith("."))
+            ]
+        else:
+            candidates = [directory / part]
+        for candidate in candidates:
+            if last and candidate.is_file():
+                found[candidate] = None
+            elif not last and candidate.is_dir():
+                pending.append((candidate, index + 1))
+    return list(found)
+
+
+def _listing(directory: Path, options: FetchOptions, where: str) -> list[os.DirEntry[str]]:
+    """The entries of `directory`, after checking it lies in an allowed directory (it may have been
+    reached through a link); an unreadable directory lists as empty, as for `glob`."""
+    confine(directory, options, where)
+    try:
+        with os.scandir(directory) as entries:
+            return list(entries)
+    except OSError:
+        return []
 
 
 def _refuse_dot_dot(path: PurePath, where: str) -> None:
