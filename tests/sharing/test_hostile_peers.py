@@ -323,6 +323,20 @@ def test_a_drip_feeding_peer_meets_the_deadline(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_size_of_an_endless_body_without_length_meets_the_deadline(
+    hostile: Callable[[Behaviour], HostilePeer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without Content-Length the size is counted from the body; a fast endless one kept the count
+    going past the deadline (the shut-down socket still read what the server kept sending)."""
+    monkeypatch.setenv("ODF_HTTP_OBJECT_DEADLINE", "1.5")
+    peer = hostile(endless())
+    outcome = within_time_limit(lambda: store_of(peer, retries=1).size("data/f1620ab"))
+    assert isinstance(outcome, HttpStoreError), outcome
+    assert str(outcome) == (
+        f"GET {peer.url}/ds/data/f1620ab did not complete within 1.5 s (ODF_HTTP_OBJECT_DEADLINE); gave up"
+    )
+
+
 def test_the_deadline_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ODF_HTTP_OBJECT_DEADLINE", "soon")
     with pytest.raises(OdfError, match=r"ODF_HTTP_OBJECT_DEADLINE='soon': expected a positive number"):

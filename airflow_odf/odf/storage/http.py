@@ -458,6 +458,7 @@ def _chunks(
         raise object_too_large(key, where, limit, f"the server declares {declared} bytes; {why}")
     received = 0
     while chunk := response.read(_CHUNK if limit is None else min(_CHUNK, limit + 1 - received)):
+        deadline.check()  # a shut-down socket may still read a fast server's data (Linux keeps it)
         received += len(chunk)
         if limit is not None and received > limit:
             raise object_too_large(key, where, limit, f"the server sent more; {why}")
