@@ -156,7 +156,8 @@ def cmd_add(args: argparse.Namespace) -> None:
         except ConflictError:
             raise
         except OdfError as e:
-            lines.append(f"{snapshot.name}: {e}")
+            named = str(e).startswith(f"{snapshot.name}: ")  # e.g. a damaged dataset of that name
+            lines.append(str(e) if named else f"{snapshot.name}: {e}")
             continue
         what = "created" if result.created else f"{len(result.commit.new_blocks)} new blocks"
         print(f"{result.name}\t{result.dataset_id}\t{result.commit.new_head}\t({what})")
@@ -239,7 +240,7 @@ def cmd_reset(args: argparse.Namespace) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> None:
     repo = _repo(args)
-    dataset = repo.dataset(args.name)
+    dataset = repo.dataset(args.name, damaged=True)
     problems = verify_integrity(dataset)
     state = None if problems else dataset.state()  # a damaged chain has no state to speak of
     replay = not args.integrity and state is not None and state.kind is model.DatasetKind.DERIVATIVE

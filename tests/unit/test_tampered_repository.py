@@ -110,8 +110,13 @@ def test_missing_head_is_shown_broken_by_list_and_log(
     repo: Repository, capsys: pytest.CaptureFixture[str]
 ) -> None:
     (folder(repo) / HEAD_REF).unlink()
-    code, out, err = odf(capsys, "log", NAME, "--repo", str(repo.root))
-    assert (code, out) == (2, "") and err.strip() == "refs/head is missing (the dataset has 8 block(s))"
+    before = tree(repo.root)
+    # not an empty dataset: pull, tail, log and a re-add name the damage instead of "up to date" / no rows
+    for argv in (["log", NAME], ["tail", NAME], ["pull", NAME], ["schema", "show", NAME]):
+        code, out, err = odf(capsys, *argv, "--repo", str(repo.root))
+        assert (code, out) == (2, ""), argv
+        assert err == f"{NAME}: refs/head is missing (the dataset has 8 block(s))\n", argv
+    assert tree(repo.root) == before
 
 
 # ----- point 11: one broken dataset does not hide the others -----

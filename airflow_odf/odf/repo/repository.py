@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from airflow_odf.odf.chain.dataset import CommitResult, Dataset
+from airflow_odf.odf.chain.dataset import CommitResult, CorruptDatasetError, Dataset
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId
@@ -163,8 +163,13 @@ class Repository:
     def dataset_by_id(self, dataset_id: DatasetId) -> Dataset:
         return Dataset(self.store.child(f"datasets/{str(dataset_id).removeprefix('did:odf:')}"))
 
-    def resolve(self, ref: str) -> DatasetId:
-        """A dataset's identity from its name (any case) or `did:odf:` reference."""
+    def resolve(self, ref: str, *, damaged: bool = False) -> DatasetId:
+        """A dataset's identity from its name (any case) or `did:odf:` reference.
+
+        A named dataset always has a head (a name is given after the first commit), so a missing or
+        unreadable `refs/head` is damage: CorruptDatasetError naming the dataset, rather than an empty
+        dataset that a pull would call up to date and a tail would show without rows. `damaged=True`
+        returns it all the same, for the commands that examine damage (`odf verify`)."""
         if ref.startswith("did:"):
             try:
                 did = DatasetId.parse(ref)
@@ -176,7 +181,13 @@ class Repository:
         key = self._alias_key(ref)
         if not self.store.exists(key):
             raise DatasetNotFoundError(f"no dataset named {ref!r} in {self.location}")
-        return self._read_alias(key)
+        did = self._read_alias(key)
+        if not damaged:
+            try:
+                self.dataset_by_id(did).existing_head()
+            except CorruptDatasetError as e:
+                raise CorruptDatasetError(f"{ref}: {e}") from None
+        return did
 
     def _read_alias(self, key: str) -> DatasetId:
         """The DID an alias file holds; RepositoryError naming the file when it holds anything else."""
@@ -188,8 +199,9 @@ class Repository:
                 f"{_shown(key)} in {self.location} does not hold a did:odf: {reason}"
             ) from None
 
-    def dataset(self, ref: str) -> Dataset:
-        return self.dataset_by_id(self.resolve(ref))
+    def dataset(self, ref: str, *, damaged: bool = False) -> Dataset:
+        """The dataset a name (or DID) refers to; `damaged` as for `resolve`."""
+        return self.dataset_by_id(self.resolve(ref, damaged=damaged))
 
     def name_of(self, dataset: Dataset) -> str:
         """The name a dataset records in `info/alias`, or "?" when that is missing or not a valid name
