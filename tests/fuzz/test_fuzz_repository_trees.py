@@ -46,8 +46,10 @@ def paths_of(root: Path) -> list[str]:
 
 def tamper(root: Path, rel: str, edit: str, seed: int, outside: Path) -> None:
     path = root / rel
-    if not os.path.lexists(path):
-        return
+    if not os.path.lexists(path) or any(p.is_symlink() for p in path.parents if p.is_relative_to(root)):
+        return  # gone, or behind a planted link: editing it would edit files outside the repository
+    if path.is_symlink() and edit not in ("delete", "directory", "link-out"):
+        return  # the same through the link itself
     is_dir = path.is_dir() and not path.is_symlink()
     if edit == "delete" or edit in ("directory", "link-out"):
         shutil.rmtree(path) if is_dir else path.unlink()
