@@ -111,7 +111,7 @@ def test_missing_head_is_shown_broken_by_list_and_log(
 ) -> None:
     (folder(repo) / HEAD_REF).unlink()
     before = tree(repo.root)
-    # not an empty dataset: pull, tail, log and a re-add name the damage instead of "up to date" / no rows
+    # not an empty dataset: pull, tail, log and schema name the damage instead of "up to date" / no rows
     for argv in (["log", NAME], ["tail", NAME], ["pull", NAME], ["schema", "show", NAME]):
         code, out, err = odf(capsys, *argv, "--repo", str(repo.root))
         assert (code, out) == (2, ""), argv

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from airflow_odf.odf.chain.dataset import CommitResult, CorruptDatasetError, Dataset
+from airflow_odf.odf.chain.dataset import HEAD_REF, CommitResult, CorruptDatasetError, Dataset
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId
@@ -161,15 +161,16 @@ class Repository:
         return f"aliases/{self.check_name(name).lower()}"
 
     def dataset_by_id(self, dataset_id: DatasetId) -> Dataset:
-        return Dataset(self.store.child(f"datasets/{str(dataset_id).removeprefix('did:odf:')}"))
+        return Dataset(self.store.child(_folder(dataset_id)))
 
     def resolve(self, ref: str, *, damaged: bool = False) -> DatasetId:
         """A dataset's identity from its name (any case) or `did:odf:` reference.
 
-        A named dataset always has a head (a name is given after the first commit), so a missing or
-        unreadable `refs/head` is damage: CorruptDatasetError naming the dataset, rather than an empty
-        dataset that a pull would call up to date and a tail would show without rows. `damaged=True`
-        returns it all the same, for the commands that examine damage (`odf verify`)."""
+        A named dataset always has a head (a name is given after the first commit), so a missing
+        `refs/head` is damage: CorruptDatasetError naming the dataset, rather than an empty dataset that
+        a pull would call up to date and a tail would show without rows (an unreadable one fails where it
+        is read). `damaged=True` returns it all the same, for the commands that examine damage (`odf
+        verify`, `odf serve`)."""
         if ref.startswith("did:"):
             try:
                 did = DatasetId.parse(ref)
@@ -182,10 +183,10 @@ class Repository:
         if not self.store.exists(key):
             raise DatasetNotFoundError(f"no dataset named {ref!r} in {self.location}")
         did = self._read_alias(key)
-        if not damaged:
-            try:
+        if not damaged and not self.store.exists(f"{_folder(did)}/{HEAD_REF}"):
+            try:  # what is wrong with it: missing, a directory, a link out, ...
                 self.dataset_by_id(did).existing_head()
-            except CorruptDatasetError as e:
+            except OdfError as e:
                 raise CorruptDatasetError(f"{ref}: {e}") from None
         return did
 
@@ -359,3 +360,8 @@ class Repository:
         if path.parent != self.root / "datasets" or os.path.islink(path):
             raise RepositoryError(f"refusing to remove {path}: not a dataset folder of this repository")
         shutil.rmtree(path)
+
+
+def _folder(dataset_id: DatasetId) -> str:
+    """Where a dataset lives in the repository: `datasets/<DID without did:odf:>`."""
+    return f"datasets/{str(dataset_id).removeprefix('did:odf:')}"
