@@ -20,6 +20,7 @@ from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.merge import ROW_COLUMN, keeps_state, load_state, merge, next_state, write_state
 from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
 from airflow_odf.engine.readers import LINE_FORMATS, read_input
+from airflow_odf.engine.session import default_parallelism
 from airflow_odf.engine.spark_types import spark_to_arrow
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
@@ -129,7 +130,9 @@ def _input_bytes(request: dict[str, Any]) -> int:
 def _num_partitions(spark: SparkSession, request: dict[str, Any], size: int) -> int:
     """One sorted partition (and so at least one slice) per `target_slice_bytes` of input."""
     target = max(1, request.get("target_slice_bytes") or 1024 * 1024 * 1024)
-    return max(1, min(-(-size // target), 4 * spark.sparkContext.defaultParallelism))
+    wanted = -(-size // target)
+    # the cores are asked only when they may bound it (a job of its own on Spark Connect)
+    return 1 if wanted <= 1 else min(wanted, 4 * default_parallelism(spark))
 
 
 def ingest_output(

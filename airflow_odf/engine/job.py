@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.ingest_job import ingest, locate_bad_records
 from airflow_odf.engine.readers import BAD_RECORD_MARK
-from airflow_odf.engine.session import get_session
+from airflow_odf.engine.session import get_session, request_frames
 
 CONTRACT_VERSION = 1
 _Handler = Callable[[SparkSession, dict[str, Any]], dict[str, Any]]
@@ -36,20 +36,20 @@ def engine_info() -> dict[str, str]:
 def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Executes an ingest, transform or infer request (`kind`); returns the response, `error` set on
     bad input."""
-    try:
-        if request.get("version") != CONTRACT_VERSION:
-            raise EngineInputError(
-                "contract", f"request version {request.get('version')!r}, expected {CONTRACT_VERSION}"
-            )
-        response = _handler(request.get("kind"))(spark, request)
-    except EngineInputError as e:
-        response = {"error": {"kind": e.kind, "message": e.message}}
-    except (PySparkException, Py4JJavaError) as e:
-        response = {"error": {"kind": "engine", "message": _first_lines(str(e))}}
-        if BAD_RECORD_MARK in str(e):
-            response = locate_bad_records(spark, request) or response
-    finally:
-        spark.catalog.clearCache()  # the job's cached frames (read input, sorted output)
+    # the job's persisted frames (read input, sorted output) are unpersisted at its end
+    with request_frames():
+        try:
+            if request.get("version") != CONTRACT_VERSION:
+                raise EngineInputError(
+                    "contract", f"request version {request.get('version')!r}, expected {CONTRACT_VERSION}"
+                )
+            response = _handler(request.get("kind"))(spark, request)
+        except EngineInputError as e:
+            response = {"error": {"kind": e.kind, "message": e.message}}
+        except (PySparkException, Py4JJavaError) as e:
+            response = {"error": {"kind": "engine", "message": _first_lines(str(e))}}
+            if BAD_RECORD_MARK in str(e):
+                response = locate_bad_records(spark, request) or response
     return {"version": CONTRACT_VERSION, "engine": engine_info(), **response}
 
 

@@ -167,10 +167,9 @@ def _join_state(
     """Joins new rows with the state on the primary key (plain equality: a null key matches nothing, as
     in the reference). Returns the joined frame and each new column's old-value expression."""
     renamed = {c: f"{_OLD_PREFIX}{i}" for i, c in enumerate(state.columns)} if state is not None else {}
-    old_values = {
-        c: F.col(renamed[c]) if c in renamed else F.lit(None).cast(field.dataType)
-        for c, field in zip(new.columns, new.schema.fields, strict=True)
-    }
+    # a column without old values: null of the new column's own type (a cast to that type would, on
+    # Spark Connect, give a string column an explicit collation, written into the Parquet metadata)
+    old_values = {c: F.col(renamed[c]) if c in renamed else F.when(F.lit(False), _c(c)) for c in new.columns}
     new = new.withColumn(_NEW_PRESENT, F.lit(True))
     if state is None:
         return new.withColumn(_OLD_PRESENT, F.lit(None).cast(T.BooleanType())), old_values

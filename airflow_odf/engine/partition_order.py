@@ -30,6 +30,8 @@ from typing import Any
 from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 
+from airflow_odf.engine.session import is_connect
+
 PartitionKey = tuple[int, ...]
 """(union branches..., first offset of the file, start of the split, length of the split): sorting the
 keys puts the partitions in the inputs' offset order. A partition of several splits has the key None:
@@ -46,8 +48,9 @@ NEVER_PACK = 1 << 50
 
 
 def can_read_plans(spark: SparkSession) -> bool:
-    """Whether the session's JVM objects are reachable (a classic session; not Spark Connect)."""
-    return getattr(spark, "_jsparkSession", None) is not None
+    """Whether the session's JVM objects are reachable: a classic session. A Spark Connect session's plans
+    live in the server; its transforms read the files one by one, in offset order."""
+    return not is_connect(spark)
 
 
 @contextmanager

@@ -7,6 +7,7 @@ preprocess nor a read schema; `validate_input` refuses data that would clash wit
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
@@ -16,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.session import is_connect
 from airflow_odf.engine.spark_errors import spark_error_summary
 from airflow_odf.engine.spark_types import quote_identifier
 
@@ -64,11 +66,23 @@ def run_sql(
                 result.createOrReplaceTempView(quote_identifier(alias))
                 created.append(alias)
         assert result is not None
-        return result
+        return _resolved_now(spark, result)
     finally:
         # The result's plan is resolved already: the views are not needed by it, only by later queries.
         for view in created:
             spark.catalog.dropTempView(view)
+
+
+def _resolved_now(spark: SparkSession, result: DataFrame) -> DataFrame:
+    """`result` reading the views as they are now. A classic frame of SQL is analyzed when made; a Spark
+    Connect one is the query's text, analyzed again whenever it runs, when its views are dropped or are
+    another file's: so it becomes a view of its own, stored analyzed, named for this call (the session's,
+    released with it)."""
+    if not is_connect(spark):
+        return result
+    name = f"odf_sql_result_{uuid.uuid4().hex}"
+    result.createOrReplaceTempView(name)
+    return spark.table(name)
 
 
 def default_preprocess(df: DataFrame, merge_kind: str, vocab: dict[str, str]) -> DataFrame:

@@ -32,13 +32,13 @@ from urllib.parse import unquote, urlparse
 import pyarrow as pa
 import pyarrow.parquet as pq
 from py4j.protocol import Py4JJavaError
-from pyspark import StorageLevel
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.session import persist_for_request
 from airflow_odf.engine.spark_errors import spark_error_condition, spark_error_summary
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
 
@@ -453,8 +453,17 @@ def _select_by_name(df: DataFrame, struct: T.StructType, source: str) -> DataFra
 
 
 def _cast_to(df: DataFrame, struct: T.StructType) -> DataFrame:
-    """The declared columns, by name, cast to their declared types."""
-    return df.select(*[F.col(quote_identifier(f.name)).cast(f.dataType).alias(f.name) for f in struct.fields])
+    """The declared columns, by name, cast to their declared types where they have others. (A cast to
+    the type a column has is no-op on a local session, but not on Spark Connect: there a string type
+    arrives with an explicit collation, which Spark writes into the Parquet file's metadata.)"""
+    found = {f.name: f.dataType for f in df.schema.fields}
+    columns = [F.col(quote_identifier(f.name)) for f in struct.fields]
+    return df.select(
+        *[
+            column if found.get(f.name) == f.dataType else column.cast(f.dataType).alias(f.name)
+            for column, f in zip(columns, struct.fields, strict=True)
+        ]
+    )
 
 
 # --- broken records -----------------------------------------------------------------------------------------
@@ -475,7 +484,7 @@ def _set_aside_bad_records(
     df = parsed.df
     if CORRUPT_COLUMN not in df.columns:
         return df, 0, None
-    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    df = persist_for_request(df)
     bad = df.filter(F.col(CORRUPT_COLUMN).isNotNull()).select(_FILE_COLUMN, CORRUPT_COLUMN)
     good = df.filter(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN, _PLACEHOLDER)
     num_bad = bad.count()

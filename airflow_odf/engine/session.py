@@ -1,33 +1,32 @@
-"""The SparkSession the engine runs in, configured for ODF data.
+"""The SparkSession the engine runs in, configured for ODF data (`ODF_SPARK_CONF`).
 
-Timestamps are written as Parquet TIMESTAMP_MILLIS (ODF data columns are Timestamp(ms, UTC)), the session
-time zone is UTC, identifiers are case-sensitive (as the reference's SQL engines), and the UI and console
-progress bars are off. One session per process: a JVM start costs seconds, so it is reused.
+One local session per process: a JVM start costs seconds, so it is reused. A request may also run on a
+Spark Connect session (`connect_runner`), which has no SparkContext, RDDs or JVM objects in this process:
+the helpers here answer for both kinds.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 
-from pyspark.sql import SparkSession
+from pyspark import StorageLevel
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-ODF_SPARK_CONF: dict[str, str] = {
-    "spark.sql.session.timeZone": "UTC",
-    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MILLIS",
-    "spark.sql.caseSensitive": "true",
-    "spark.sql.parquet.compression.codec": "snappy",
-    "spark.ui.enabled": "false",
-    "spark.ui.showConsoleProgress": "false",
-    "spark.sql.sources.partitionOverwriteMode": "static",
-    "spark.sql.legacy.timeParserPolicy": "CORRECTED",
-}
+from airflow_odf.utils.spark_conf import ODF_SPARK_CONF
+
+_REQUEST_FRAMES: ContextVar[list[DataFrame] | None] = ContextVar("odf_request_frames", default=None)
 
 
-def apply_odf_conf(spark: SparkSession) -> None:
-    """Sets the runtime options an ODF job relies on, also on a session made by spark-submit."""
-    for key, value in ODF_SPARK_CONF.items():
-        if not key.startswith("spark.ui."):
-            spark.conf.set(key, value)
+def runtime_conf(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The ODF options (and `extra_conf`) that a running Spark accepts per session: not the UI's, which
+    are fixed when its JVM starts."""
+    options = {**ODF_SPARK_CONF, **(extra_conf or {})}
+    return {key: value for key, value in options.items() if not key.startswith("spark.ui.")}
 
 
 def get_session(master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
@@ -40,5 +39,44 @@ def get_session(master: str | None = None, extra_conf: dict[str, str] | None = N
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    apply_odf_conf(spark)
+    for key, value in runtime_conf().items():  # also on a session spark-submit made
+        spark.conf.set(key, value)
     return spark
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether `spark` is a Spark Connect session (the classic session's class is not its base)."""
+    return not isinstance(spark, SparkSession)
+
+
+def default_parallelism(spark: SparkSession) -> int:
+    """The number of cores Spark spreads work over. Spark Connect has no SparkContext to ask: there, a
+    `range` without a partition count gets that many partitions, and a tiny job counts them."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    partitions = spark.range(1 << 16).select(F.spark_partition_id().alias("p")).agg(F.max("p"))
+    return partitions.first()[0] + 1
+
+
+def persist_for_request(df: DataFrame) -> DataFrame:
+    """`df` persisted until its request ends (`request_frames`). Spark's cache is one for all sessions of
+    a Spark Connect server, so a request unpersists its own frames and never clears the whole cache."""
+    df = df.persist(StorageLevel.MEMORY_AND_DISK)
+    frames = _REQUEST_FRAMES.get()
+    if frames is not None:
+        frames.append(df)
+    return df
+
+
+@contextmanager
+def request_frames() -> Iterator[None]:
+    """Around one request: the frames it persisted (`persist_for_request`) are unpersisted at its end."""
+    frames: list[DataFrame] = []
+    token = _REQUEST_FRAMES.set(frames)
+    try:
+        yield
+    finally:
+        _REQUEST_FRAMES.reset(token)
+        for df in frames:
+            with suppress(PySparkException):  # a Spark Connect server that is gone holds no cache
+                df.unpersist()

@@ -35,7 +35,6 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -56,6 +55,7 @@ from airflow_odf.engine.parquet_splice import (
 )
 from airflow_odf.engine.partition_order import PartitionKey
 from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget, part_numbers
+from airflow_odf.engine.session import default_parallelism, is_connect, persist_for_request
 from airflow_odf.engine.spark_types import quote_identifier
 from airflow_odf.utils.engine_json import Vocab
 
@@ -112,9 +112,10 @@ def with_system_columns(
     one partition where they are (`coalesce(1)`): no shuffle, and no planning of the query beforehand
     just to learn its partition count, the dearest step of a tiny ingest (first-use planning and code
     generation). Without `gather`, a frame that is already one partition is sorted in place, others are
-    shuffled into one, so that a large read stays parallel. With several partitions, the sorted rows are
-    persisted — they are counted, written and folded into the merge state — until the job clears the
-    session's cache.
+    shuffled into one, so that a large read stays parallel (on Spark Connect, whose frames do not tell
+    their partition count, always shuffled: the same rows in the same order). With several partitions,
+    the sorted rows are persisted — they are counted, written and folded into the merge state — until the
+    request ends.
     """
     et = F.col(f"`{vocab.event_time_column}`")
     if SOURCE_EVENT_TIME_COLUMN in df.columns:
@@ -123,7 +124,9 @@ def with_system_columns(
             source_et = F.to_date(source_et)
         et = F.coalesce(et, source_et)
     df = df.withColumn(vocab.event_time_column, et)
-    if num_partitions <= 1 and (gather or df.rdd.getNumPartitions() == 1):
+    if num_partitions <= 1 and (
+        gather or (not is_connect(df.sparkSession) and df.rdd.getNumPartitions() == 1)
+    ):
         df = df.coalesce(1)
     else:
         df = df.repartitionByRange(max(1, num_partitions), *sort_columns)
@@ -134,7 +137,7 @@ def with_system_columns(
     )
     counts = {0: 0}  # one partition: its base is the next offset, no counting pass needed
     if num_partitions > 1:
-        ordered = ordered.persist(StorageLevel.MEMORY_AND_DISK)
+        ordered = persist_for_request(ordered)
         counts = dict(ordered.groupBy(_PARTITION).count().collect())
     base, bases = next_offset, {}
     for partition in sorted(counts):
@@ -198,7 +201,7 @@ def write_in_frame_order(
         parts_writer = parts_writer.option(f"parquet.enable.dictionary#{name}", "false")
     publisher = None
     if publish_to is not None and partition_keys is not None:
-        cores = frame.sparkSession.sparkContext.defaultParallelism
+        cores = default_parallelism(frame.sparkSession)
         publisher = PartsPublisher(parts_dir, publish_to, partition_keys, cores)
     with publisher or contextlib.nullcontext():
         parts_writer.parquet(parts_dir)

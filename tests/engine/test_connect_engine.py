@@ -1,0 +1,268 @@
+"""The engine on Spark Connect: the same ingests and transforms as on the local engine give the same
+datasets (records, offsets, op codes, logical hashes, events) and responses; requests share one server
+safely; an unreachable server fails at once with a clear message."""
+
+from __future__ import annotations
+
+import json
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from airflow_odf.engine.connect_runner import (
+    ConnectUnreachableError,
+    SparkConnectRunner,
+    connect_mode,
+    open_session,
+)
+from airflow_odf.engine.local_runner import LocalSparkRunner
+from airflow_odf.engine.session import default_parallelism, get_session
+from airflow_odf.odf.chain.data_access import read_slice
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.hashing.parquet_hashes import logical_hash_of_parquet
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.transform.execute import TransformOptions, run_transform
+from airflow_odf.odf.transform.verify import verify_reproducibility
+
+T0 = Timestamp.parse("2024-01-01T00:00:00Z")
+CENSUS = "census"
+BIG = "census.big"  # a filter and projection: the local engine reads its input in one scan
+TOTALS = "census.totals"  # an aggregate: read file by file on both engines
+CENSUS_CSV = [
+    "city,population\nA,1000\nB,2000\nC,3000\n",
+    "city,population\nA,1000\nB,2500\nD,4000\nE,500\nF,6000\n",
+]
+
+
+class RecordingRunner:
+    """Passes requests on to `runner` and keeps the responses."""
+
+    def __init__(self, runner: EngineRunner) -> None:
+        self.runner = runner
+        self.responses: list[dict[str, Any]] = []
+
+    def run(self, request_json: str, work_dir: Path) -> str:
+        response = self.runner.run(request_json, work_dir)
+        self.responses.append(json.loads(response))
+        return response
+
+
+def _t(day: int) -> Timestamp:
+    return Timestamp.parse(f"2024-02-{day:02d}T10:00:00Z")
+
+
+def _derivative(name: str, query: str) -> model.DatasetSnapshot:
+    transform = model.SetTransform(
+        inputs=[model.TransformInput(dataset_ref=CENSUS)],
+        transform=model.TransformSql(engine="spark", queries=[model.SqlQueryStep(alias=None, query=query)]),
+    )
+    return model.DatasetSnapshot(name=name, kind=model.DatasetKind.DERIVATIVE, metadata=[transform])
+
+
+def _pipeline(runner: EngineRunner, root: Path) -> Repository:
+    """A Snapshot-merged root pushed twice (the second time in several slices: range partitions), each
+    time followed by two derivatives' transforms; then the derivatives' replay is verified."""
+    repo = Repository.init(root / "repo")
+    read = model.ReadStepCsv(header=True, ddl_schema=["city STRING", "population BIGINT"])
+    source = model.AddPushSource(
+        source_name="default", read=read, merge=model.MergeStrategySnapshot(primary_key=["city"])
+    )
+    repo.add(
+        model.DatasetSnapshot(name=CENSUS, kind=model.DatasetKind.ROOT, metadata=[source]), system_time=T0
+    )
+    big = f"SELECT op, event_time, city, population * 2 AS doubled FROM {CENSUS} WHERE population > 1500"
+    repo.add(_derivative(BIG, big), system_time=T0)
+    totals = (
+        f"SELECT event_time, count(*) AS changes, sum(population) AS people FROM {CENSUS} "
+        "GROUP BY event_time ORDER BY event_time"
+    )
+    repo.add(_derivative(TOTALS, totals), system_time=T0)
+    for day, text in enumerate(CENSUS_CSV, start=1):
+        path = root / f"census-{day}.csv"
+        path.write_text(text)
+        options = IngestOptions(work_dir=root / "work", target_slice_bytes=16 if day > 1 else 1 << 30)
+        push_ingest(
+            repo.dataset(CENSUS), CENSUS, runner, [path], options, event_time=_t(day), system_time=_t(day)
+        )
+        for name in (BIG, TOTALS):
+            run_transform(repo, name, runner, TransformOptions(work_dir=root / "work"), system_time=_t(day))
+    for name in (BIG, TOTALS):
+        assert verify_reproducibility(repo, name, runner, root / "verify") == []
+    return repo
+
+
+def _events(dataset: Dataset) -> list[Any]:
+    return [b.event for _, b in reversed(list(dataset.iter_blocks()))]
+
+
+def _slices(dataset: Dataset) -> list[model.DataSlice]:
+    return [e.new_data for e in _events(dataset) if getattr(e, "new_data", None) is not None]
+
+
+def _records(dataset: Dataset) -> list[dict[str, Any]]:
+    return [row for s in _slices(dataset) for row in read_slice(dataset, s).to_pylist()]
+
+
+def _comparable(event: Any) -> Any:
+    """The event as both repositories must have it. Not its files' physical hashes: parquet-mr writes a
+    column chunk's encodings in the order of a hash set of Java enums, which differs from JVM to JVM (two
+    local runs in two processes differ alike). Of a transform's inputs, which are other datasets in each
+    repository, only the offsets."""
+    if isinstance(event, model.Seed | model.SetTransform):
+        return type(event).__name__
+    if not isinstance(event, model.AddData | model.ExecuteTransform):
+        return event
+    data = event.new_data
+    common = (
+        event.prev_offset,
+        None if data is None else (data.logical_hash, data.offset_interval),
+        event.prev_checkpoint is None,
+        event.new_checkpoint is None,
+        event.new_watermark,
+    )
+    if isinstance(event, model.AddData):
+        return (*common, event.new_source_state)
+    return (*common, [(i.prev_offset, i.new_offset) for i in event.query_inputs])
+
+
+def _without_paths(value: Any) -> Any:
+    """A response without the paths of its files (each run has its own operation folder)."""
+    if isinstance(value, dict):
+        return {k: _without_paths(v) for k, v in value.items() if not k.endswith("path")}
+    if isinstance(value, list):
+        return [_without_paths(v) for v in value]
+    return value
+
+
+def test_the_same_pipeline_gives_the_same_datasets_on_local_and_connect(
+    runner: LocalSparkRunner, connect_url: str, tmp_path: Path
+) -> None:
+    local, connect = RecordingRunner(runner), RecordingRunner(SparkConnectRunner(connect_url))
+    local_repo = _pipeline(local, tmp_path / "local")
+    connect_repo = _pipeline(connect, tmp_path / "connect")
+
+    census = connect_repo.dataset(CENSUS)
+    assert [(r["offset"], r["op"], r["city"], r["population"]) for r in _records(census)] == [
+        (0, 0, "A", 1000),
+        (1, 0, "B", 2000),
+        (2, 0, "C", 3000),
+        (3, 2, "B", 2000),
+        (4, 3, "B", 2500),
+        (5, 1, "C", 3000),
+        (6, 0, "D", 4000),
+        (7, 0, "E", 500),
+        (8, 0, "F", 6000),
+    ]
+    assert len(_slices(census)) > 2  # the second push in several slices
+    for name in (CENSUS, BIG, TOTALS):
+        ours, theirs = connect_repo.dataset(name), local_repo.dataset(name)
+        assert _records(ours) == _records(theirs), name
+        assert [_comparable(e) for e in _events(ours)] == [_comparable(e) for e in _events(theirs)], name
+        hashes = [
+            logical_hash_of_parquet(ours.store.local_path(f"data/{s.physical_hash}")) for s in _slices(ours)
+        ]
+        assert hashes == [s.logical_hash for s in _slices(theirs)], name
+        assert verify_integrity(ours) == []
+    assert [(r["op"], r["city"], r["doubled"]) for r in _records(connect_repo.dataset(BIG))] == [
+        (0, "B", 4000),
+        (0, "C", 6000),
+        (2, "B", 4000),
+        (3, "B", 5000),
+        (1, "C", 6000),
+        (0, "D", 8000),
+        (0, "F", 12000),
+    ]
+    assert _without_paths(connect.responses) == _without_paths(local.responses)
+    assert all("error" not in response for response in connect.responses)
+
+
+def _census_root(repo: Repository, name: str) -> Dataset:
+    """A root whose preprocess reads the view `input` and tags each row with the dataset's name: every
+    request on the server has a view of that name."""
+    read = model.ReadStepCsv(header=True, ddl_schema=["city STRING", "population BIGINT"])
+    tagged = model.TransformSql(engine="spark", query=f"SELECT *, '{name}' AS dataset FROM input")
+    source = model.AddPushSource(
+        source_name="default",
+        read=read,
+        preprocess=tagged,
+        merge=model.MergeStrategySnapshot(primary_key=["city"]),
+    )
+    repo.add(model.DatasetSnapshot(name=name, kind=model.DatasetKind.ROOT, metadata=[source]), system_time=T0)
+    return repo.dataset(name)
+
+
+def test_four_ingests_at_once_on_one_server(connect_url: str, tmp_path: Path) -> None:
+    repo = Repository.init(tmp_path / "repo")
+    names = [f"city{n}" for n in range(4)]
+    datasets = {name: _census_root(repo, name) for name in names}
+    engine = SparkConnectRunner(connect_url)
+
+    def two_pushes(n: int) -> None:
+        name = names[n]
+        for day, rows in enumerate([[("A", n), ("B", 10 + n)], [("B", 20 + n), ("C", 30 + n)]], start=1):
+            path = tmp_path / f"{name}-{day}.csv"
+            path.write_text("city,population\n" + "".join(f"{c},{p}\n" for c, p in rows))
+            options = IngestOptions(work_dir=tmp_path / f"work-{name}")
+            push_ingest(
+                datasets[name], name, engine, [path], options, event_time=_t(day), system_time=_t(day)
+            )
+
+    with ThreadPoolExecutor(len(names)) as pool:
+        list(pool.map(two_pushes, range(len(names))))
+
+    for n, name in enumerate(names):
+        dataset = repo.dataset(name)
+        assert [
+            (r["offset"], r["op"], r["city"], r["population"], r["dataset"]) for r in _records(dataset)
+        ] == [
+            (0, 0, "A", n, name),
+            (1, 0, "B", 10 + n, name),
+            (2, 1, "A", n, name),
+            (3, 2, "B", 10 + n, name),
+            (4, 3, "B", 20 + n, name),
+            (5, 0, "C", 30 + n, name),
+        ], name
+        assert verify_integrity(dataset) == []
+
+
+def _unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_an_unreachable_server_fails_the_request_naming_the_url(tmp_path: Path) -> None:
+    url = f"sc://127.0.0.1:{_unused_port()}"
+    with pytest.raises(ConnectUnreachableError) as failure:
+        SparkConnectRunner(url + "/;user_id=odf;token=secret").run("{}", tmp_path)
+    message = str(failure.value)
+    assert message.startswith(f"Spark Connect server {url}: no server answered within 5 s;")
+    assert "odf engine serve" in message and "secret" not in message
+
+
+def test_a_url_of_another_scheme_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConnectUnreachableError, match=r"not a Spark Connect URL \(sc://HOST:PORT"):
+        SparkConnectRunner("http://127.0.0.1:15002").run("{}", tmp_path)
+
+
+def test_the_server_tells_its_cores_as_the_local_session_does(
+    runner: LocalSparkRunner, connect_url: str
+) -> None:
+    cores = default_parallelism(get_session())
+    with connect_mode():
+        spark = open_session(connect_url)
+        try:
+            assert default_parallelism(spark) == cores == 2
+            assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+            assert spark.conf.get("spark.sql.caseSensitive") == "true"
+        finally:
+            spark.stop()
