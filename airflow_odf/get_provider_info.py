@@ -109,7 +109,9 @@ def get_provider_info() -> dict[str, Any]:
                 "options": {
                     "default_engine": {
                         "description": "How operators run engine requests: spark-submit (through the Spark "
-                        "connection) or local (the worker's own local SparkSession).",
+                        "connection), spark-connect (on the Spark Connect server of the Spark connection, "
+                        "of type spark_connect; such a connection selects it by itself) or local (the "
+                        "worker's own local SparkSession).",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "local",

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.engine_client.connect_server import ConnectServer
 from tests.paths import HOW_TO_GET_SHARED, REPO, REQUIRE_SHARED, missing_shared
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="odf-airflow-home-"))
@@ -45,3 +46,15 @@ def count_walks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
     monkeypatch.setattr(Dataset, "iter_blocks", counted)
     return walks
+
+
+@pytest.fixture(scope="session")
+def connect_url() -> Iterator[str]:
+    """The `sc://127.0.0.1:PORT` of one Spark Connect server for the whole session (`odf engine serve`'s
+    server on a free port; a JVM start costs seconds), stopped at the end."""
+    server = ConnectServer(
+        "local[2]", port=0, conf={"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"}
+    )
+    url = server.start()
+    yield url
+    server.stop()

@@ -1,31 +1,55 @@
-"""The engine options shared by the `odf` commands that run Spark (`--engine`, `--master`), and
-`odf engine warm-up`.
+"""The engine options shared by the `odf` commands that run Spark (`--engine`, `--master`, `--remote`),
+`odf engine warm-up` and `odf engine serve`.
 
-The engine is the in-process local Spark (default) or `spark-submit` (`--engine spark-submit --master
-URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER. The runner is created on first use, so a
-command that turns out not to need Spark never imports pyspark nor starts a JVM.
+The engine is the in-process local Spark (default), `spark-submit` (`--engine spark-submit --master
+URL`) or a Spark Connect server (`--engine spark-connect --remote sc://HOST:PORT`), also chosen with
+$ODF_ENGINE, $ODF_SPARK_MASTER and $ODF_SPARK_REMOTE. The runner is created on first use, so a command
+that turns out not to need Spark never imports pyspark nor starts a JVM.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from airflow_odf.cli.errors import CommandError
+from airflow_odf.odf.engine_client.connect_server import DEFAULT_PORT, ConnectServer, ConnectServerError
 
 if TYPE_CHECKING:
     from airflow_odf.odf.engine_client.runner import EngineRunner
 
+ENGINES = ("local", "spark-submit", "spark-connect")
+
 
 def engine_options() -> argparse.ArgumentParser:
-    """A parent parser with `--engine` and `--master`."""
+    """A parent parser with `--engine`, `--master` and `--remote`."""
     parent = argparse.ArgumentParser(add_help=False)
-    parent.add_argument(
-        "--engine", choices=("local", "spark-submit"), default=os.environ.get("ODF_ENGINE", "local")
-    )
+    parent.add_argument("--engine", choices=ENGINES, default=os.environ.get("ODF_ENGINE", "local"))
     parent.add_argument("--master", default=os.environ.get("ODF_SPARK_MASTER"), help="Spark master URL")
+    parent.add_argument(
+        "--remote",
+        default=os.environ.get("ODF_SPARK_REMOTE"),
+        help="the Spark Connect server of --engine spark-connect, sc://HOST:PORT (default $ODF_SPARK_REMOTE)",
+    )
     return parent
+
+
+def connect_remote(remote: str | None) -> str:
+    """The `sc://` URL of `--engine spark-connect`, or a clear error when it is missing or malformed."""
+    if not remote:
+        raise CommandError(
+            "--engine spark-connect needs the server's URL: --remote sc://HOST:PORT or $ODF_SPARK_REMOTE "
+            "(start a server with `odf engine serve`)"
+        )
+    if not remote.startswith("sc://"):
+        raise CommandError(f"--remote {remote}: expected a Spark Connect URL, sc://HOST:PORT")
+    return remote
 
 
 class LazyRunner:
@@ -34,14 +58,30 @@ class LazyRunner:
     def __init__(self, args: argparse.Namespace) -> None:
         self._engine: str = args.engine
         self._master: str = args.master or "local[*]"
+        self._remote = connect_remote(args.remote) if self._engine == "spark-connect" else None
         self._runner: EngineRunner | None = None
 
     def run(self, request_json: str, work_dir: Path) -> str:
         if self._runner is None:
             self._runner = self._create()
-        return self._runner.run(request_json, work_dir)
+        if self._remote is None:
+            return self._runner.run(request_json, work_dir)
+        from airflow_odf.engine.connect_runner import ConnectUnreachableError
+        from airflow_odf.odf.engine_client.runner import EngineRunError
+
+        try:
+            return self._runner.run(request_json, work_dir)
+        except ConnectUnreachableError as e:  # an engine error: reported as the core's, in one line
+            raise EngineRunError(str(e)) from None
 
     def _create(self) -> EngineRunner:
+        if self._remote is not None:
+            # pyspark's Connect client warns on every import that it does not yet fully support pandas 3:
+            # noise on the command's stderr, whose errors are one line each
+            warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
+            from airflow_odf.engine.connect_runner import SparkConnectRunner  # the Connect client only
+
+            return SparkConnectRunner(self._remote)
         if self._engine == "spark-submit":
             from airflow_odf.odf.engine_client.runner import SparkSubmitRunner
 
@@ -63,13 +103,73 @@ def cmd_engine_warm_up(args: argparse.Namespace) -> None:
     print(f"{archive} ({size:.0f} MiB): used by local spark-submit jobs from now on")
 
 
-def register(groups: Any) -> None:
-    """Adds `engine warm-up` to the `odf` parser."""
-    engine = groups.add_parser("engine", help="prepare the Spark engine of this machine").add_subparsers(
-        dest="engine_command", required=True
+def spark_conf_item(text: str) -> tuple[str, str]:
+    """An argparse type for `--conf key=value`."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected key=value, e.g. spark.driver.memory=4g")
+    return key.strip(), value
+
+
+def port_number(text: str) -> int:
+    """An argparse type for `--port`: 0 (a free port) to 65535."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a port number, 0 to 65535 (0 picks a free one)")
+    return int(text)
+
+
+def cmd_engine_serve(args: argparse.Namespace) -> None:
+    """Runs a Spark Connect server in the foreground: its URL on stdout once it accepts connections,
+    its log on stderr, until SIGTERM or SIGINT stop it (exit code 0)."""
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    server = ConnectServer(
+        args.master, args.host, args.port, dict(args.conf), log=lambda line: print(line, file=sys.stderr)
     )
+    try:
+        url = server.start(cancel=stop)
+        if not stop.is_set():
+            print(url, flush=True)
+        while not stop.wait(0.5):
+            code = server.exit_code()
+            if code is not None:
+                raise ConnectServerError(
+                    f"the Spark Connect server at {url} stopped by itself (exit code {code})"
+                )
+    finally:
+        server.stop()
+
+
+def register(groups: Any) -> None:
+    """Adds `engine warm-up` and `engine serve` to the `odf` parser."""
+    engine = groups.add_parser(
+        "engine", help="prepare or serve the Spark engine of this machine"
+    ).add_subparsers(dest="engine_command", required=True)
     p = engine.add_parser(
         "warm-up", help="make the class archive that lets small local spark-submit jobs start faster"
     )
     p.add_argument("--master", default="local[*]", help="a local Spark master (default local[*])")
     p.set_defaults(func=cmd_engine_warm_up)
+    p = engine.add_parser(
+        "serve",
+        help="run a Spark Connect server for --engine spark-connect: prints its sc:// URL when ready, "
+        "stops on SIGTERM",
+    )
+    p.add_argument("--master", default="local[*]", help="the server's Spark master (default local[*])")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    p.add_argument(
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"the port (default {DEFAULT_PORT}; 0 picks a free one)",
+    )
+    p.add_argument(
+        "--conf",
+        type=spark_conf_item,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark option of the server (repeatable), e.g. spark.driver.memory=4g",
+    )
+    p.set_defaults(func=cmd_engine_serve)

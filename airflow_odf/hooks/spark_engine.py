@@ -1,4 +1,5 @@
-"""The engine runner of the Airflow layer: engine requests run as `spark-submit` jobs via the Spark provider.
+"""The engine runners of the Airflow layer: engine requests run as `spark-submit` jobs via the Spark
+provider, or on the Spark Connect server of a `spark_connect` connection.
 
 The Spark provider's `SparkSubmitHook` builds and runs the command (master and deploy mode from the
 Spark connection, default `spark_default`), streams Spark's output into the task log and can kill the
@@ -6,6 +7,10 @@ job. We add what the engine contract needs: the job script, this package as `--p
 request / response files. A missing Spark connection fails the task clearly — the hook alone would
 silently fall back to YARN. On a `local` master, small jobs start with the fast-start JVM options of
 `airflow_odf.odf.engine_client.fast_start` (off with `[odf] engine_fast_start = False`).
+
+A connection of the Spark provider's type `spark_connect` names a long-running Spark Connect server
+(`odf engine serve`); its `SparkConnectHook` gives the `sc://` URL with the token (password), user id
+(login) and `use_ssl` (extra) as URL parameters, the form Spark Connect clients accept.
 """
 
 from __future__ import annotations
@@ -14,13 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from airflow.exceptions import AirflowNotFoundException
+from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 from airflow.sdk import BaseHook
 from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_odf.odf.engine_client.fast_start import fast_start_conf
-from airflow_odf.odf.engine_client.runner import EngineRunError, job_script, package_archive
+from airflow_odf.odf.engine_client.runner import EngineRunError, EngineRunner, job_script, package_archive
+
+SPARK_CONNECT_CONN_TYPE = SparkConnectHook.conn_type
 
 
 def with_fast_start(conf: dict[str, Any], master: str, request_json: str | None) -> dict[str, Any]:
@@ -29,6 +37,14 @@ def with_fast_start(conf: dict[str, Any], master: str, request_json: str | None)
     if not airflow_conf.getboolean("odf", "engine_fast_start", fallback=True):
         return dict(conf)
     return fast_start_conf(conf, master, request_json)
+
+
+def connection_type(conn_id: str) -> str | None:
+    """The type of the Airflow connection `conn_id`, or None when it is not defined."""
+    try:
+        return BaseHook.get_connection(conn_id).conn_type
+    except AirflowNotFoundException:
+        return None
 
 
 class SparkSubmitEngineRunner:
@@ -80,3 +96,47 @@ class SparkSubmitEngineRunner:
         """Stops the running job (the Spark provider knows how for each cluster manager)."""
         if self._hook is not None:
             self._hook.on_kill()
+
+
+class SparkConnectEngineRunner:
+    """Runs engine requests on the Spark Connect server of the `spark_connect` connection `conn_id`.
+
+    The server's URL is read when the first request runs (never at parse time); an unreachable server
+    fails the task within seconds with a message naming its URL, and the task's retries apply."""
+
+    def __init__(
+        self, conn_id: str = SparkConnectHook.default_conn_name, *, conf: dict[str, str] | None = None
+    ) -> None:
+        self.conn_id = conn_id
+        self.conf = dict(conf or {})
+        self._runner: EngineRunner | None = None
+
+    def remote(self) -> str:
+        """The server's `sc://` URL with the connection's token, user id and TLS setting."""
+        kind = connection_type(self.conn_id)
+        if kind != SPARK_CONNECT_CONN_TYPE:
+            defined = "is not defined" if kind is None else f"is of type {kind!r}"
+            raise AirflowFailException(
+                f"engine spark-connect needs a Spark connection of type {SPARK_CONNECT_CONN_TYPE!r}: "
+                f"{self.conn_id!r} {defined} (host = the server, e.g. sc://127.0.0.1:15002 of "
+                "`odf engine serve`), or pass spark_conn_id"
+            )
+        try:
+            return SparkConnectHook(self.conn_id).get_connection_url()
+        except ValueError as e:
+            raise AirflowFailException(f"the Spark connection {self.conn_id!r}: {e}") from None
+
+    def run(self, request_json: str, work_dir: Path) -> str:
+        from airflow_odf.engine.connect_runner import ConnectUnreachableError, SparkConnectRunner
+
+        if self._runner is None:
+            self._runner = SparkConnectRunner(self.remote(), self.conf)
+        try:
+            return self._runner.run(request_json, work_dir)
+        except ConnectUnreachableError as e:  # retryable: the server may be back by the next try
+            raise EngineRunError(str(e)) from None
+
+    def on_kill(self) -> None:
+        """Stops the running request, if the Connect runner can."""
+        if self._runner is not None and hasattr(self._runner, "on_kill"):
+            self._runner.on_kill()

@@ -27,7 +27,7 @@ from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository
 if TYPE_CHECKING:
     from airflow_odf.lineage import LineageDataset, OdfLineage
 
-ENGINES = ("spark-submit", "local")
+ENGINES = ("spark-submit", "local", "spark-connect")
 RUN_EXTRA_KEY = "airflow-provider-odf.dev/airflow-task"
 T = TypeVar("T")
 
@@ -46,8 +46,10 @@ class OdfBaseOperator(BaseOperator):
     """Base of the ODF operators: `dataset` in the repository of `odf_conn_id`, data work on Spark.
 
     `engine="spark-submit"` runs each engine request as a job on the cluster of the Spark connection
-    `spark_conn_id`; `engine="local"` runs it in the worker's own local SparkSession. The default is
-    `[odf] default_engine` (spark-submit).
+    `spark_conn_id`; `engine="spark-connect"` runs it on the long-running Spark Connect server of that
+    connection (of type `spark_connect`); `engine="local"` runs it in the worker's own local
+    SparkSession. The default is `[odf] default_engine` (spark-submit); a Spark connection of type
+    `spark_connect` selects spark-connect by itself (unless the engine is `local`).
     """
 
     template_fields: tuple[str, ...] = ("dataset",)
@@ -82,7 +84,13 @@ class OdfBaseOperator(BaseOperator):
         return self.call(lambda: OdfRepoHook(self.odf_conn_id).open_repository())
 
     def runner(self) -> EngineRunner:
-        from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner, with_fast_start
+        from airflow_odf.hooks.spark_engine import (
+            SPARK_CONNECT_CONN_TYPE,
+            SparkConnectEngineRunner,
+            SparkSubmitEngineRunner,
+            connection_type,
+            with_fast_start,
+        )
 
         if self.engine == "local":
             require_local_spark()
@@ -90,6 +98,8 @@ class OdfBaseOperator(BaseOperator):
 
             master = self.spark_conf.get("spark.master", "local[*]")
             self._runner = LocalSparkRunner(master, with_fast_start(self.spark_conf, master, None))
+        elif self.engine == "spark-connect" or connection_type(self.spark_conn_id) == SPARK_CONNECT_CONN_TYPE:
+            self._runner = SparkConnectEngineRunner(self.spark_conn_id, conf=self.spark_conf)
         else:
             name = f"odf-{self.dag_id}-{self.task_id}"
             self._runner = SparkSubmitEngineRunner(self.spark_conn_id, conf=self.spark_conf, name=name)

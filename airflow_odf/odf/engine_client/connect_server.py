@@ -1,0 +1,245 @@
+"""A Spark Connect server for the `spark-connect` engine (`odf engine serve`, and the tests' fixture).
+
+The server is Spark's own `SparkConnectServer` (in the connect jar of the full pyspark or of
+$SPARK_HOME), run by that installation's `spark-submit` in a child JVM with the ODF session options
+(`airflow_odf.utils.spark_conf`) as defaults for every client session. The core never imports pyspark:
+the installation is found on disk (`fast_start.spark_home`).
+
+We choose the port (a free one for port 0) and forbid Spark to move to another one when it is taken
+(`spark.connect.grpc.port.maxRetries=0`), so the server is ready exactly when that port accepts
+connections — whatever Spark's log level. Stopping sends SIGTERM to the server's process group (Spark
+stops its context in its shutdown hook) and SIGKILL if it has not exited after `STOP_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+
+from airflow_odf.odf.engine_client.fast_start import (
+    is_local_master,
+    java_executable,
+    local_spark_problem,
+    spark_home,
+)
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.utils.spark_conf import ODF_SPARK_CONF
+
+_log = logging.getLogger(__name__)
+
+SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+DEFAULT_PORT = 15002
+START_TIMEOUT = 120.0  # a JVM start costs 8-13 s here; a cluster master may take longer to grant executors
+STOP_TIMEOUT = 30.0
+_WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+_PORT_IN_USE_SIGNS = ("BindException", "Address already in use")
+
+
+class ConnectServerError(OdfError):
+    """The server cannot start (no pyspark, Java or connect jar; port in use) or stopped by itself."""
+
+
+def connect_jar(home: Path) -> Path | None:
+    """The Spark Connect server jar of a Spark installation, if it has one."""
+    return next(iter(sorted((home / "jars").glob("spark-connect_*.jar"))), None)
+
+
+def free_port(host: str) -> int:
+    """A port on `host` that nothing listens on now."""
+    with socket.socket(_family(host)) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+def _port_in_use(host: str, port: int) -> bool:
+    with socket.socket(_family(host)) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds it
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _accepts_connections(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+class ConnectServer:
+    """One Spark Connect server process on `host:port` (port 0: a free one) with Spark master `master`.
+
+    `conf` comes after the ODF session options, so it can change any of them. `log` receives each line
+    the server writes (its stdout and stderr); the last lines explain a failed start."""
+
+    def __init__(
+        self,
+        master: str = "local[*]",
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        conf: Mapping[str, str] | None = None,
+        log: Callable[[str], None] = _log.debug,
+    ) -> None:
+        self.master = master
+        self.host = host
+        self.port = port
+        self.conf = dict(conf or {})
+        self.log = log
+        self._process: subprocess.Popen[str] | None = None
+        self._pump: threading.Thread | None = None
+        self._tail: deque[str] = deque(maxlen=40)
+
+    @property
+    def url(self) -> str:
+        """The `sc://HOST:PORT` URL clients connect to (a wildcard address is advertised by host name)."""
+        host = socket.getfqdn() if self.host in _WILDCARD_HOSTS else self.host
+        return f"sc://[{host}]:{self.port}" if ":" in host else f"sc://{host}:{self.port}"
+
+    def command(self, home: Path, jar: Path) -> list[str]:
+        """The `spark-submit` command line that runs the server."""
+        conf = {
+            **ODF_SPARK_CONF,
+            **self.conf,
+            "spark.connect.grpc.binding.address": self.host or "0.0.0.0",
+            "spark.connect.grpc.binding.port": str(self.port),
+            "spark.connect.grpc.port.maxRetries": "0",
+        }
+        cmd = [str(home / "bin" / "spark-submit"), "--master", self.master, "--name", "odf-engine-serve"]
+        for key, value in conf.items():
+            cmd += ["--conf", f"{key}={value}"]
+        return [*cmd, "--class", SERVER_CLASS, str(jar)]
+
+    def start(self, timeout: float = START_TIMEOUT, cancel: threading.Event | None = None) -> str:
+        """Starts the server and returns its URL once it accepts connections (or as soon as `cancel` is
+        set). Fails with one line naming the problem; a server that did not come up is stopped."""
+        home = self._check_installation()
+        if self.port == 0:
+            self.port = free_port(self.host or "0.0.0.0")
+        elif _port_in_use(self.host or "0.0.0.0", self.port):
+            raise ConnectServerError(self._port_taken())
+        env = dict(os.environ)
+        if is_local_master(self.master):  # executors elsewhere must reach a cluster driver: no loopback
+            env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        jar = connect_jar(home)
+        assert jar is not None  # checked by _check_installation
+        self._process = subprocess.Popen(
+            self.command(home, jar),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,  # a terminal's Ctrl-C reaches us; we stop the server in order
+        )
+        self._pump = threading.Thread(target=self._pump_output, name="connect-server-log", daemon=True)
+        self._pump.start()
+        try:
+            self._wait_ready(timeout, cancel)
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def _check_installation(self) -> Path:
+        """The Spark installation to run, after checking it has Spark's jars, the connect jar and Java."""
+        problem = local_spark_problem()
+        if problem is not None:
+            raise ConnectServerError(f"cannot start a Spark Connect server: {problem}")
+        home = spark_home()
+        assert home is not None  # local_spark_problem found its jars
+        if connect_jar(home) is None:
+            raise ConnectServerError(
+                f"cannot start a Spark Connect server: {home / 'jars'} has no spark-connect_*.jar "
+                "(pyspark >= 4 has it; for a Spark installation in SPARK_HOME, use one built with Connect)"
+            )
+        java = java_executable()
+        if java is None or not java.exists():
+            raise ConnectServerError(
+                "cannot start a Spark Connect server: no Java found (install Java 17 or 21, and put it "
+                "on PATH or set JAVA_HOME)"
+            )
+        return home
+
+    def _pump_output(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        for line in self._process.stdout:
+            self._tail.append(line.rstrip())
+            self.log(line.rstrip())
+
+    def _wait_ready(self, timeout: float, cancel: threading.Event | None) -> None:
+        deadline = time.monotonic() + timeout
+        probe_host = "127.0.0.1" if self.host in _WILDCARD_HOSTS else self.host
+        while not _accepts_connections(probe_host, self.port):
+            code = self.exit_code()
+            if code is not None:
+                assert self._pump is not None
+                self._pump.join(timeout=5.0)  # the server's last lines explain why
+                raise ConnectServerError(self._start_failure(code))
+            if cancel is not None and cancel.is_set():
+                return
+            if time.monotonic() > deadline:
+                raise ConnectServerError(
+                    f"the Spark Connect server for {self.url} did not accept connections within "
+                    f"{timeout:.0f} s; its last output: {self._last_error()}"
+                )
+            time.sleep(0.2)
+
+    def _start_failure(self, code: int) -> str:
+        if any(sign in line for line in self._tail for sign in _PORT_IN_USE_SIGNS):
+            return self._port_taken()
+        return f"the Spark Connect server stopped while starting (exit code {code}): {self._last_error()}"
+
+    def _port_taken(self) -> str:
+        return (
+            f"port {self.port} on {self.host} is in use: stop what listens there or choose another "
+            "port (--port, 0 picks a free one)"
+        )
+
+    def _last_error(self) -> str:
+        """The server's last line that names an error (else its last line): what a user needs to see."""
+        lines = [line for line in self._tail if line.strip()]
+        errors = [line for line in lines if "Exception" in line or "Error" in line]
+        return (errors or lines or ["(no output)"])[-1].strip()
+
+    def exit_code(self) -> int | None:
+        """The server process's exit code, or None while it runs (or before it started)."""
+        return None if self._process is None else self._process.poll()
+
+    def stop(self) -> None:
+        """Stops the server and its JVM: SIGTERM to its process group, SIGKILL after `STOP_TIMEOUT`."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        except ProcessLookupError:
+            process.wait()
+
+    def __enter__(self) -> ConnectServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, _type: type[BaseException] | None, _value: BaseException | None, _tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,64 @@
+"""Example DAG: the trades pipeline of example DAG 1 on a warm engine, a long-running Spark Connect server.
+
+Every ODF task of a DAG usually starts its own Spark (a JVM, seconds before any data moves). Here the
+engine's work runs on one Spark Connect server shared by all tasks and DAG runs: start it next to the
+Airflow workers with `odf engine serve` (it prints its `sc://HOST:PORT` URL) and point a connection of
+the Spark provider's type `spark_connect` at it. A task whose `spark_conn_id` is such a connection runs
+on Connect without further settings — here every task gets it through `default_args`.
+
+An unreachable server fails the task within seconds with a message naming its URL; the retries below
+give it time to come back (e.g. while its service restarts).
+
+Connections: `odf_default` (an `odf_repo` connection, e.g. host `file:///data/odf`) and
+`spark_connect_default` (type `spark_connect`, host `sc://127.0.0.1`, port 15002; a token, if the server
+requires one, as password; `{"use_ssl": true}` as extra for TLS). The server's Spark writes the slices
+where the tasks read them: on this machine, or a volume both see.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from airflow.sdk import dag
+
+from airflow_odf.operators.ingest import OdfIngestOperator
+from airflow_odf.operators.manifest import OdfApplyManifestOperator
+from airflow_odf.operators.transform import OdfTransformOperator
+from airflow_odf.operators.verify import OdfVerifyOperator
+
+EXAMPLES = Path(__file__).resolve().parent
+
+# [START howto_odf_warm_engine_default_args]
+# every ODF task of the DAG runs on the Spark Connect server of this connection (type spark_connect)
+WARM_ENGINE = {"spark_conn_id": "spark_connect_default", "retries": 2, "retry_delay": timedelta(seconds=30)}
+# [END howto_odf_warm_engine_default_args]
+
+
+@dag(
+    schedule=None,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    tags=["odf", "example"],
+    default_args=WARM_ENGINE,
+)
+def odf_warm_engine() -> None:
+    # [START howto_operator_odf_warm_engine]
+    apply = OdfApplyManifestOperator(
+        task_id="apply_manifests",
+        manifests=[
+            str(EXAMPLES / "manifests" / "com.example.trades.yaml"),
+            str(EXAMPLES / "manifests" / "com.example.trades.daily.yaml"),
+        ],
+        create_repository=True,
+    )
+    ingest = OdfIngestOperator(
+        task_id="ingest_trades", dataset="com.example.trades", source_dir=str(EXAMPLES)
+    )
+    daily = OdfTransformOperator(task_id="transform_daily", dataset="com.example.trades.daily")
+    verify = OdfVerifyOperator(task_id="verify_daily", dataset="com.example.trades.daily")
+    apply >> ingest >> daily >> verify
+    # [END howto_operator_odf_warm_engine]
+
+
+warm_engine = odf_warm_engine()
