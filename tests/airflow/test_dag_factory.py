@@ -14,7 +14,6 @@ from airflow_odf.operators.ingest import OdfIngestOperator
 from airflow_odf.operators.manifest import OdfApplyManifestOperator
 from airflow_odf.operators.transform import OdfTransformOperator
 from tests.airflow.dag_runs import load_dag
-from tests.paths import REPO
 
 
 def _write(folder: Path, file: str, body: str) -> Path:
@@ -220,18 +219,3 @@ def test_example_dag_4_structure() -> None:
         "transform_com.example.weather.daily": {"ingest_com.example.weather.readings"},
     }
     assert dag.get_task("ingest_com.example.weather.readings").source_dir.endswith("dags_examples")
-
-
-@pytest.mark.parametrize(
-    ("doc", "example", "marker"),
-    [
-        ("airflow-dag-factory.md", "odf_factory.py", "howto_dag_factory"),
-        ("airflow-alerts.md", "odf_schema_violation.py", "howto_notifier_schema_violation"),
-    ],
-)
-def test_docs_show_the_example_dag_snippets(doc: str, example: str, marker: str) -> None:
-    code = (REPO / "dags_examples" / example).read_text()
-    snippet = code.split(f"# [START {marker}]\n", 1)[1].split(f"# [END {marker}]", 1)[0]
-    text = (REPO / "docs" / doc).read_text()
-    shown = text.split(f'"# [START {marker}]"', 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    assert shown == snippet

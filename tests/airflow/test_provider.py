@@ -196,21 +196,3 @@ def test_airflow_providers_list_shows_it(tmp_path: Path) -> None:
     assert PACKAGE in listed
     assert listed[PACKAGE]["version"] == "0.1.0"
     assert "Open Data Fabric" in listed[PACKAGE]["description"]
-
-
-def test_docs_show_example_dag_1_as_it_is() -> None:
-    """docs/airflow.md quotes the operators of example DAG 1 between its START / END markers."""
-    import textwrap
-
-    from tests.paths import REPO
-
-    marker = "howto_operator_odf_pipeline"
-    code = (REPO / "dags_examples" / "odf_trades_pipeline.py").read_text(encoding="utf-8")
-    snippet = code.split(f"# [START {marker}]\n", 1)[1].split(f"# [END {marker}]", 1)[0]
-    text = (REPO / "docs" / "airflow.md").read_text(encoding="utf-8")
-    origin = (
-        f'<!-- from dags_examples/odf_trades_pipeline.py, between "# [START {marker}]" '
-        f'and "# [END {marker}]" -->'
-    )
-    shown = text.split(origin, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    assert shown.strip() == textwrap.dedent(snippet).strip()

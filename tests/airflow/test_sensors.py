@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +29,6 @@ from airflow_odf.sensors.source import OdfSourceChangedSensor
 from airflow_odf.triggers.head import OdfHeadTrigger
 from airflow_odf.triggers.source import OdfSourceChangedTrigger
 from tests.airflow.test_triggers import DATASET, commit, did, first_event, rebuilt
-from tests.paths import REPO
 from tests.unit.test_source_check import HttpSource, etag, ingested, root, start_http_source
 
 CONTEXT: Any = {}  # poke mode and the deferral read nothing from the context
@@ -298,27 +296,3 @@ def test_source_trigger_timeout_and_error(http: HttpSource, url_dataset: Reposit
     broken = OdfSourceChangedTrigger(dataset=SOURCE, odf_conn_id="odf_watch", poll_interval=0.05)
     event = asyncio.run(first_event(broken))
     assert event["status"] == "error" and "503" in event["message"] and event["retryable"]
-
-
-# ------------------------------------------------------------------------------------------------
-# docs/airflow-sensors.md shows the example DAGs as they are
-# ------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("example", "marker"),
-    [
-        ("odf_polling_source.py", "howto_sensor_odf_source_changed"),
-        ("odf_asset_scheduled.py", "howto_sensor_odf_head_changed"),
-        ("odf_asset_scheduled.py", "howto_asset_schedule_odf"),
-        ("odf_asset_scheduled.py", "howto_asset_event_heads"),
-        ("odf_asset_scheduled.py", "howto_trigger_odf_head_event"),
-    ],
-)
-def test_docs_show_the_example_dag_snippets(example: str, marker: str) -> None:
-    code = (REPO / "dags_examples" / example).read_text()
-    snippet = code.split(f"# [START {marker}]\n", 1)[1].split(f"# [END {marker}]", 1)[0]
-    text = (REPO / "docs" / "airflow-sensors.md").read_text()
-    origin = f'<!-- from dags_examples/{example}, between "# [START {marker}]" and "# [END {marker}]" -->'
-    shown = text.split(origin, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    assert shown.strip() == textwrap.dedent(snippet).strip()

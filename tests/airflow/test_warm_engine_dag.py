@@ -112,18 +112,3 @@ def test_warm_engine_dag(odf_repo: Path, connect_url: str, monkeypatch: pytest.M
     check_trades_pipeline(run, odf_repo)
     # ingest, transform and the verification's replay all ran on the server
     assert len(remotes) >= 3 and set(remotes) == {f"{connect_url}/"}
-
-
-def test_docs_show_the_warm_engine_default_args_as_they_are() -> None:
-    """docs/airflow.md quotes the example DAG's `default_args` between its START / END markers."""
-    from tests.paths import REPO
-
-    marker = "howto_odf_warm_engine_default_args"
-    code = (REPO / "dags_examples" / "odf_warm_engine.py").read_text(encoding="utf-8")
-    snippet = code.split(f"# [START {marker}]\n", 1)[1].split(f"# [END {marker}]", 1)[0]
-    text = (REPO / "docs" / "airflow.md").read_text(encoding="utf-8")
-    origin = (
-        f'<!-- from dags_examples/odf_warm_engine.py, between "# [START {marker}]" and "# [END {marker}]" -->'
-    )
-    shown = text.split(origin, 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
-    assert shown == snippet
