@@ -25,8 +25,8 @@ from airflow_odf.operators.verify import OdfVerifyOperator
 EXAMPLES = Path(__file__).resolve().parent
 
 
-@dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False, tags=["odf", "example"])
-def odf_trades_pipeline() -> None:
+def trades_pipeline_tasks() -> None:
+    """The pipeline's tasks, made inside a DAG (example DAG `odf_warm_engine` runs the same ones)."""
     # [START howto_operator_odf_pipeline]
     apply = OdfApplyManifestOperator(
         task_id="apply_manifests",
@@ -43,6 +43,11 @@ def odf_trades_pipeline() -> None:
     verify = OdfVerifyOperator(task_id="verify_daily", dataset="com.example.trades.daily")
     apply >> ingest >> daily >> verify
     # [END howto_operator_odf_pipeline]
+
+
+@dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False, tags=["odf", "example"])
+def odf_trades_pipeline() -> None:
+    trades_pipeline_tasks()
 
 
 pipeline = odf_trades_pipeline()

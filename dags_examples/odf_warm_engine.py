@@ -18,16 +18,9 @@ where the tasks read them: on this machine, or a volume both see.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from airflow.sdk import dag
-
-from airflow_odf.operators.ingest import OdfIngestOperator
-from airflow_odf.operators.manifest import OdfApplyManifestOperator
-from airflow_odf.operators.transform import OdfTransformOperator
-from airflow_odf.operators.verify import OdfVerifyOperator
-
-EXAMPLES = Path(__file__).resolve().parent
+from odf_trades_pipeline import trades_pipeline_tasks  # the DAG folder is on sys.path, as in Airflow
 
 # [START howto_odf_warm_engine_default_args]
 # every ODF task of the DAG runs on the Spark Connect server of this connection (type spark_connect)
@@ -43,22 +36,7 @@ WARM_ENGINE = {"spark_conn_id": "spark_connect_default", "retries": 2, "retry_de
     default_args=WARM_ENGINE,
 )
 def odf_warm_engine() -> None:
-    # [START howto_operator_odf_warm_engine]
-    apply = OdfApplyManifestOperator(
-        task_id="apply_manifests",
-        manifests=[
-            str(EXAMPLES / "manifests" / "com.example.trades.yaml"),
-            str(EXAMPLES / "manifests" / "com.example.trades.daily.yaml"),
-        ],
-        create_repository=True,
-    )
-    ingest = OdfIngestOperator(
-        task_id="ingest_trades", dataset="com.example.trades", source_dir=str(EXAMPLES)
-    )
-    daily = OdfTransformOperator(task_id="transform_daily", dataset="com.example.trades.daily")
-    verify = OdfVerifyOperator(task_id="verify_daily", dataset="com.example.trades.daily")
-    apply >> ingest >> daily >> verify
-    # [END howto_operator_odf_warm_engine]
+    trades_pipeline_tasks()  # the tasks of example DAG 1, unchanged: the engine comes from default_args
 
 
 warm_engine = odf_warm_engine()

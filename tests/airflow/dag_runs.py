@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ EXAMPLES = REPO / "dags_examples"
 def load_dag(file_name: str, dag_id: str) -> Any:
     """The DAG object of an example DAG file (imported as Airflow's DAG processor would)."""
     path = EXAMPLES / file_name
+    if str(EXAMPLES) not in sys.path:  # Airflow puts the DAG folder on sys.path: examples import each other
+        sys.path.append(str(EXAMPLES))
     spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
