@@ -189,7 +189,7 @@ def build_dag(
     :param dag_id: the DAG's id; `schedule`, `default_args` and `**dag_kwargs` go to the DAG.
     :param odf_conn_id: the repository connection of every task.
     :param spark_conn_id: the Spark connection of every task (with `engine="spark-submit"`).
-    :param engine: `spark-submit` or `local` (default: `[odf] default_engine`).
+    :param engine: `spark-submit`, `spark-connect` or `local` (default: `[odf] default_engine`).
     :param gate_with_source_sensor: put an `OdfSourceChangedSensor` before each ingest, so the ingest
         runs only when its source has new data. The sensors default to `mode="reschedule"` and
         `soft_fail=True` (nothing new by the sensor's `timeout`: sensor and ingest end skipped);
