@@ -15,6 +15,7 @@ the same process before and after (not during: one engine kind at a time per pro
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -52,9 +53,16 @@ class SparkConnectRunner:
         with connect_mode():
             spark = open_session(self.remote, self.conf)
             try:
-                return json.dumps(run_request(spark, json.loads(request_json)))
+                response = run_request(spark, json.loads(request_json))
+            except Exception:
+                _fail_if_gone(self.remote)
+                raise
             finally:
-                spark.stop()  # releases the session on the server: its views, settings and state
+                with contextlib.suppress(Exception):  # a server that went away has nothing to release
+                    spark.stop()  # releases the session on the server: its views, settings and state
+            if "error" in response:  # e.g. "cannot read x.csv": perhaps only because the server went away
+                _fail_if_gone(self.remote)
+            return json.dumps(response)
 
 
 class _ConnectMode:
@@ -91,21 +99,36 @@ def open_session(remote: str, conf: dict[str, str] | None = None) -> ConnectSess
     """A new session on the server at `remote`, with the ODF options; ConnectUnreachableError when the
     URL is none or no server accepts a connection within CONNECT_TIMEOUT_SECONDS."""
     shown = _without_params(remote)
-    try:
-        channel = DefaultChannelBuilder(remote).toChannel()
-    except PySparkValueError:
-        raise ConnectUnreachableError(shown, "not a Spark Connect URL (sc://HOST:PORT[/;params])") from None
-    try:
-        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_SECONDS)
-    except grpc.FutureTimeoutError:
-        raise ConnectUnreachableError(
-            shown, f"no server answered within {CONNECT_TIMEOUT_SECONDS:g} s"
-        ) from None
-    finally:
-        channel.close()
+    if not _answers(remote):
+        raise ConnectUnreachableError(shown, f"no server answered within {CONNECT_TIMEOUT_SECONDS:g} s")
     spark = ConnectSession.builder.remote(remote).config(map=runtime_conf(conf)).create()
     spark.client.set_retry_policies([DefaultPolicy(max_retries=_RETRIES)])
     return spark
+
+
+def _answers(remote: str) -> bool:
+    """Does a server accept a connection at `remote` within CONNECT_TIMEOUT_SECONDS?
+    ConnectUnreachableError when `remote` is no Spark Connect URL."""
+    try:
+        channel = DefaultChannelBuilder(remote).toChannel()
+    except PySparkValueError:
+        raise ConnectUnreachableError(
+            _without_params(remote), "not a Spark Connect URL (sc://HOST:PORT[/;params])"
+        ) from None
+    try:
+        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_SECONDS)
+    except grpc.FutureTimeoutError:
+        return False
+    finally:
+        channel.close()
+    return True
+
+
+def _fail_if_gone(remote: str) -> None:
+    """After a failed request: ConnectUnreachableError when the server no longer answers, so the failure
+    is reported as the server's (and retried), not as the request's (a "broken" input file)."""
+    if not _answers(remote):
+        raise ConnectUnreachableError(_without_params(remote), "stopped answering during the request")
 
 
 def _without_params(remote: str) -> str:

@@ -1,0 +1,90 @@
+"""A Spark Connect server killed during a job: the request fails, nothing is committed, and the retry on
+the restarted server commits exactly once (issue 24, failure behaviour)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from airflow_odf.engine.connect_runner import SparkConnectRunner
+from airflow_odf.engine.errors import ConnectUnreachableError
+from airflow_odf.odf.engine_client.connect_server import ConnectServer
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
+
+T0 = Timestamp.parse("2024-01-01T00:00:00Z")
+ROWS = 2_000_000  # enough work that the server is still busy when it is killed
+KILL_AFTER_SECONDS = 3.0
+
+
+class KillingRunner:
+    """Runs a request on `server`, killing the server (SIGKILL, as a crash) a few seconds into it."""
+
+    def __init__(self, server: ConnectServer) -> None:
+        self.server = server
+        self.killed = threading.Event()
+
+    def run(self, request_json: str, work_dir: Path) -> str:
+        def kill() -> None:
+            process = self.server._process  # the server's process group: spark-submit and its JVM
+            if process is not None:
+                os.killpg(process.pid, signal.SIGKILL)
+                self.killed.set()
+
+        timer = threading.Timer(KILL_AFTER_SECONDS, kill)
+        timer.start()
+        try:
+            return SparkConnectRunner(self.server.url).run(request_json, work_dir)
+        finally:
+            timer.cancel()
+
+
+def _server() -> ConnectServer:
+    return ConnectServer("local[2]", port=0, conf={"spark.sql.shuffle.partitions": "2"})
+
+
+def test_a_server_killed_during_a_job_commits_nothing_and_the_retry_commits_once(tmp_path: Path) -> None:
+    repo = Repository.init(tmp_path / "repo")
+    read = model.ReadStepCsv(header=True, ddl_schema=["id BIGINT", "name STRING"])
+    source = model.AddPushSource(source_name="default", read=read, merge=model.MergeStrategyAppend())
+    snapshot = model.DatasetSnapshot(name="big", kind=model.DatasetKind.ROOT, metadata=[source])
+    repo.add(snapshot, system_time=T0)
+    data = tmp_path / "big.csv"
+    with data.open("w") as f:
+        f.write("id,name\n")
+        f.writelines(f"{i},name-{i % 1000}\n" for i in range(ROWS))
+    dataset = repo.dataset("big")
+    before = dataset.head()
+    options = IngestOptions(work_dir=tmp_path / "work")
+
+    server = _server()
+    server.start()
+    runner = KillingRunner(server)
+    try:
+        with pytest.raises(ConnectUnreachableError) as failed:  # the CLI and the operators map it
+            push_ingest(dataset, "big", runner, [data], options, event_time=T0)
+    finally:
+        server.stop()
+    assert runner.killed.is_set(), "the job ended before the server was killed: make ROWS larger"
+    assert str(failed.value) == (
+        f"Spark Connect server {server.url}: stopped answering during the request; start one with "
+        "`odf engine serve` (it prints its sc:// URL), or point the connection at a running server"
+    )
+    assert dataset.head() == before  # nothing committed
+    assert list((Path(repo.root) / "datasets").glob("*/data/*")) == []
+
+    with _server() as restarted:
+        result = push_ingest(
+            dataset, "big", SparkConnectRunner(restarted.url), [data], options, event_time=T0
+        )
+    assert result.records == ROWS
+    assert result.prev_head == str(before) and len(result.new_blocks) == 2  # SetDataSchema, AddData
+    events = [b.event for _, b in dataset.iter_blocks()]
+    assert sum(isinstance(e, model.AddData) for e in events) == 1
