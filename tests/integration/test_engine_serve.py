@@ -49,7 +49,9 @@ def listening_socket() -> Iterator[int]:
 
 
 def test_serve_prints_its_url_serves_queries_and_stops_on_sigterm() -> None:
-    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    from airflow_odf.engine.connect_runner import connect_mode
 
     proc = serve("--port", "0", "--master", "local[1]", "--conf", "spark.sql.shuffle.partitions=3")
     try:
@@ -61,15 +63,19 @@ def test_serve_prints_its_url_serves_queries_and_stops_on_sigterm() -> None:
         jvms = psutil.Process(proc.pid).children(recursive=True)
         assert [p for p in jvms if p.name() == "java"], "the server runs in a child JVM"
 
-        spark = SparkSession.builder.remote(url).create()
-        try:
-            assert spark.range(10).selectExpr("sum(id) AS total").collect()[0]["total"] == 45
-            # the ODF session options are the defaults of every client session; --conf adds to them
-            assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
-            assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MILLIS"
-            assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
-        finally:
-            spark.stop()
+        # a bare session of the server (not the runner's: those set the ODF options themselves), in
+        # connect_mode: pyspark's classic builder.remote() would switch this whole process to Connect
+        with connect_mode():
+            spark = ConnectSession.builder.remote(url).create()
+            try:
+                assert spark.range(10).selectExpr("sum(id) AS total").collect()[0]["total"] == 45
+                # the ODF session options are the defaults of every client session; --conf adds to them
+                assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+                assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "TIMESTAMP_MILLIS"
+                assert spark.conf.get("spark.sql.shuffle.partitions") == "3"
+            finally:
+                spark.stop()
+        assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # the process is not left in Connect mode
 
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
