@@ -66,13 +66,22 @@ class LocalObjectStore(ObjectStore):
     def _path(self, key: str) -> Path:
         """The key's path, once its folder is known to resolve inside the boundary."""
         path = self.root / check_key(key)
-        if not _inside(os.path.realpath(path.parent), self.boundary):
-            raise UnsafeObjectError(f"{key}: its folder is a symbolic link out of {self.boundary}; refused")
+        self._check_folder(key, os.path.realpath(path.parent))
         return path
 
+    def _check_folder(self, key: str, folder: str) -> None:
+        if not _inside(folder, self.boundary):
+            raise UnsafeObjectError(f"{key}: its folder is a symbolic link out of {self.boundary}; refused")
+
     def _resolved(self, key: str) -> str:
-        """Where the key's path leads (through links inside the boundary); never out of the boundary."""
-        resolved = os.path.realpath(self._path(key))
+        """Where the key's path leads (through links inside the boundary); never out of the boundary.
+        One realpath per read: unless the file itself is a link, its folder is where the path leads."""
+        path = self.root / check_key(key)
+        resolved = os.path.realpath(path)
+        if os.path.islink(path):
+            self._path(key)
+        else:
+            self._check_folder(key, os.path.dirname(resolved))
         if not _inside(resolved, self.boundary):
             raise UnsafeObjectError(f"{key} is a symbolic link out of {self.boundary}; refused")
         return resolved
