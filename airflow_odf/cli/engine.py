@@ -19,12 +19,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_odf.cli.errors import CommandError
-from airflow_odf.odf.engine_client.connect_server import DEFAULT_PORT, ConnectServer, ConnectServerError
+from airflow_odf.odf.engine_client.connect_server import (
+    DEFAULT_PORT,
+    TOKEN_VARIABLE,
+    ConnectServer,
+    ConnectServerError,
+)
 
 if TYPE_CHECKING:
     from airflow_odf.odf.engine_client.runner import EngineRunner
 
 ENGINES = ("local", "spark-submit", "spark-connect")
+SERVE_TOKEN_VARIABLE = "ODF_ENGINE_TOKEN"
 
 
 def engine_options() -> argparse.ArgumentParser:
@@ -119,18 +125,31 @@ def port_number(text: str) -> int:
 
 
 def cmd_engine_serve(args: argparse.Namespace) -> None:
-    """Runs a Spark Connect server in the foreground: its URL on stdout once it accepts connections,
-    its log on stderr, until SIGTERM or SIGINT stop it (exit code 0)."""
+    """Runs a Spark Connect server in the foreground: its URL on stdout once it accepts connections (never
+    with the token), its log on stderr, until SIGTERM or SIGINT stop it (exit code 0)."""
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _signum, _frame: stop.set())
+    token = args.token or os.environ.get(SERVE_TOKEN_VARIABLE) or os.environ.get(TOKEN_VARIABLE) or None
     server = ConnectServer(
-        args.master, args.host, args.port, dict(args.conf), log=lambda line: print(line, file=sys.stderr)
+        args.master,
+        args.host,
+        args.port,
+        dict(args.conf),
+        log=lambda line: print(line, file=sys.stderr),
+        token=token,
     )
     try:
         url = server.start(cancel=stop)
         if not stop.is_set():
             print(url, flush=True)
+            if token:
+                print(
+                    f"clients must send the server's token: {url}/;token=TOKEN, or the password of the "
+                    "spark_connect connection",
+                    file=sys.stderr,
+                    flush=True,
+                )
         while not stop.wait(0.5):
             code = server.exit_code()
             if code is not None:
@@ -171,5 +190,10 @@ def register(groups: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a Spark option of the server (repeatable), e.g. spark.driver.memory=4g",
+    )
+    p.add_argument(
+        "--token",
+        help=f"require this token of every client (default ${SERVE_TOKEN_VARIABLE}, then ${TOKEN_VARIABLE}; "
+        "the variable keeps it off the command line, which every user of the machine can see)",
     )
     p.set_defaults(func=cmd_engine_serve)

@@ -16,22 +16,27 @@ the same process before and after (not during: one engine kind at a time per pro
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
+import socket
 import threading
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import grpc
-from pyspark.errors import PySparkValueError
+from pyspark.errors import AnalysisException, PySparkValueError
+from pyspark.errors.exceptions.connect import SparkConnectGrpcException
 from pyspark.sql.connect.client import DefaultChannelBuilder
 from pyspark.sql.connect.client.retries import DefaultPolicy
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-from airflow_odf.engine.errors import ConnectUnreachableError
-from airflow_odf.engine.job import run_request
+from airflow_odf.engine.errors import ConnectTokenRefusedError, ConnectUnreachableError
+from airflow_odf.engine.job import CONTRACT_VERSION, run_request
 from airflow_odf.engine.session import runtime_conf
 
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -53,15 +58,16 @@ class SparkConnectRunner:
         with connect_mode():
             spark = open_session(self.remote, self.conf)
             try:
-                response = run_request(spark, json.loads(request_json))
+                unseen = _unseen_work_dir(spark, self.remote, work_dir)
+                response = unseen or run_request(spark, json.loads(request_json))
+                if "error" in response:  # e.g. "cannot read x.csv": perhaps only because the server went away
+                    _fail_if_gone(self.remote, spark)
             except Exception:
-                _fail_if_gone(self.remote)
+                _fail_if_gone(self.remote, spark)
                 raise
             finally:
-                with contextlib.suppress(Exception):  # a server that went away has nothing to release
+                with contextlib.suppress(Exception):
                     spark.stop()  # releases the session on the server: its views, settings and state
-            if "error" in response:  # e.g. "cannot read x.csv": perhaps only because the server went away
-                _fail_if_gone(self.remote)
             return json.dumps(response)
 
 
@@ -95,26 +101,108 @@ class _ConnectMode:
 connect_mode = _ConnectMode()
 
 
+class _ChannelBuilder(DefaultChannelBuilder):
+    """pyspark's channel builder, which sends a token over a plain connection to `localhost` only (to any
+    other host over TLS); this one also to a loopback address (`odf engine serve` prints 127.0.0.1), with
+    gRPC's local credentials, which refuse any peer but this machine."""
+
+    @property
+    def tls_for_token(self) -> bool:
+        """Is it TLS only because of the token (to another machine, without `use_ssl=true`)?"""
+        return self.token is not None and not self.use_ssl and not _is_loopback(self.url.hostname or "")
+
+    def toChannel(self) -> grpc.Channel:
+        if self.token is None or self.use_ssl or self.tls_for_token:
+            return super().toChannel()
+        token = grpc.access_token_call_credentials(self.token)
+        return self._secure_channel(
+            self.endpoint, grpc.composite_channel_credentials(grpc.local_channel_credentials(), token)
+        )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _channel_builder(remote: str) -> _ChannelBuilder:
+    """The channel builder of `remote`; ConnectUnreachableError when it is no Spark Connect URL."""
+    try:
+        return _ChannelBuilder(remote)
+    except PySparkValueError:
+        raise ConnectUnreachableError(
+            _without_params(remote), "not a Spark Connect URL (sc://HOST:PORT[/;params])"
+        ) from None
+
+
 def open_session(remote: str, conf: dict[str, str] | None = None) -> ConnectSession:
     """A new session on the server at `remote`, with the ODF options; ConnectUnreachableError when the
-    URL is none or no server accepts a connection within CONNECT_TIMEOUT_SECONDS."""
+    URL is none or no server accepts a connection within CONNECT_TIMEOUT_SECONDS, and its kind
+    ConnectTokenRefusedError when the server refuses the URL's token (or its absence)."""
     shown = _without_params(remote)
+    channel_builder = _channel_builder(remote)
     if not _answers(remote):
-        raise ConnectUnreachableError(shown, f"no server answered within {CONNECT_TIMEOUT_SECONDS:g} s")
-    spark = ConnectSession.builder.remote(remote).config(map=runtime_conf(conf)).create()
+        problem = f"no server answered within {CONNECT_TIMEOUT_SECONDS:g} s"
+        if channel_builder.tls_for_token:
+            problem += " over TLS (a client with a token uses TLS to any host but this machine)"
+        raise ConnectUnreachableError(shown, problem)
+    try:  # the first call to the server: the session's options
+        spark = ConnectSession.builder.channelBuilder(channel_builder).config(map=runtime_conf(conf)).create()
+    except SparkConnectGrpcException as e:
+        _stop_unopened_session(channel_builder)
+        if e.getGrpcStatusCode() == grpc.StatusCode.UNAUTHENTICATED:
+            raise ConnectTokenRefusedError(shown, token_sent=channel_builder.token is not None) from None
+        raise
     spark.client.set_retry_policies([DefaultPolicy(max_retries=_RETRIES)])
     return spark
+
+
+def _unseen_work_dir(spark: ConnectSession, remote: str, work_dir: Path) -> dict[str, Any] | None:
+    """An error response when the server cannot see `work_dir` (another machine, a volume mounted
+    elsewhere): the server's Spark reads the staged inputs and writes the output there. A file with a
+    name nobody else can know is put there and the server is asked to resolve it."""
+    probe = work_dir / f".odf-server-sees-{uuid.uuid4().hex}"
+    probe.write_bytes(b"")
+    try:
+        spark.read.text(str(probe)).schema  # noqa: B018  (resolving the read lists the file, on the server)
+    except AnalysisException as e:
+        if e.getCondition() != "PATH_NOT_FOUND":
+            raise
+        message = (
+            f"the Spark Connect server {_without_params(remote)} cannot see this process's work directory "
+            f"{work_dir}: its Spark reads and writes the request's files at the same paths. Run the server "
+            "on this machine, or put the work directory on a volume both see at the same path (the "
+            "`work_dir` extra of the odf_repo connection, or ODF_WORK_DIR)"
+        )
+        return {"version": CONTRACT_VERSION, "error": {"kind": "engine-setup", "message": message}}
+    finally:
+        probe.unlink(missing_ok=True)
+    return None
+
+
+def _stop_unopened_session(channel_builder: _ChannelBuilder) -> None:
+    """Stops the session whose `create()` failed at its first call: pyspark has already made it the
+    process's default and this thread's active session, which its helpers (DDL parsing, ...) use, so
+    later requests would fail on it."""
+    for session in (ConnectSession.getActiveSession(), ConnectSession._get_default_session()):
+        if session is not None and session.client._builder is channel_builder:
+            session.release_session_on_close = False  # the server has none to release
+            session.stop()
 
 
 def _answers(remote: str) -> bool:
     """Does a server accept a connection at `remote` within CONNECT_TIMEOUT_SECONDS?
     ConnectUnreachableError when `remote` is no Spark Connect URL."""
-    try:
-        channel = DefaultChannelBuilder(remote).toChannel()
-    except PySparkValueError:
-        raise ConnectUnreachableError(
-            _without_params(remote), "not a Spark Connect URL (sc://HOST:PORT[/;params])"
-        ) from None
+    builder = _channel_builder(remote)
+    try:  # a refused connection says it at once, where gRPC would keep trying until the timeout
+        socket.create_connection(
+            (builder.url.hostname, builder.url.port or builder.default_port()), CONNECT_TIMEOUT_SECONDS
+        ).close()
+    except OSError:
+        return False
+    channel = builder.toChannel()
     try:
         grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_SECONDS)
     except grpc.FutureTimeoutError:
@@ -124,10 +212,12 @@ def _answers(remote: str) -> bool:
     return True
 
 
-def _fail_if_gone(remote: str) -> None:
+def _fail_if_gone(remote: str, spark: ConnectSession) -> None:
     """After a failed request: ConnectUnreachableError when the server no longer answers, so the failure
-    is reported as the server's (and retried), not as the request's (a "broken" input file)."""
+    is reported as the server's (and retried), not as the request's (a "broken" input file). A server
+    that is gone has no session to release: stopping `spark` then only closes its channel."""
     if not _answers(remote):
+        spark.release_session_on_close = False
         raise ConnectUnreachableError(_without_params(remote), "stopped answering during the request")
 
 

@@ -13,13 +13,29 @@ class EngineInputError(Exception):
         self.message = message
 
 
+_START_A_SERVER = (
+    "start one with `odf engine serve` (it prints its sc:// URL), or point the connection at a running server"
+)
+
+
 class ConnectUnreachableError(Exception):
     """No Spark Connect server answers at `url` (or it is no Spark Connect URL): the request was not
     started. The message names the URL (without its token) and how to start a server."""
 
-    def __init__(self, url: str, problem: str) -> None:
-        super().__init__(
-            f"Spark Connect server {url}: {problem}; start one with `odf engine serve` "
-            "(it prints its sc:// URL), or point the connection at a running server"
-        )
+    def __init__(self, url: str, problem: str, remedy: str = _START_A_SERVER) -> None:
+        super().__init__(f"Spark Connect server {url}: {problem}; {remedy}")
         self.url = url
+
+
+class ConnectTokenRefusedError(ConnectUnreachableError):
+    """The server at `url` refused the client's token (none, or not the server's): the request was not
+    started, and callers report it as an unreachable server, in one line. The message shows no token."""
+
+    def __init__(self, url: str, token_sent: bool) -> None:
+        problem = "refused the token the client sent" if token_sent else "refused a client without a token"
+        super().__init__(
+            url,
+            problem,
+            "give the server's token (`odf engine serve --token`, $ODF_ENGINE_TOKEN) as the password of "
+            "the spark_connect connection or as the URL parameter ;token=TOKEN",
+        )

@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyspark
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.ingest_job import ingest, locate_bad_records
+from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.readers import BAD_RECORD_MARK
 from airflow_odf.engine.session import get_session, request_frames
 

@@ -27,9 +27,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 
+from airflow_odf.engine.py4j_errors import Py4JError
 from airflow_odf.engine.session import is_connect
 
 PartitionKey = tuple[int, ...]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.session import is_connect
 from airflow_odf.engine.spark_errors import spark_error_summary
 from airflow_odf.engine.spark_types import quote_identifier

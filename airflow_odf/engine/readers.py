@@ -31,13 +31,13 @@ from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.session import persist_for_request
 from airflow_odf.engine.spark_errors import spark_error_condition, spark_error_summary
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier

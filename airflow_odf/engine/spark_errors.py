@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 
-from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
+
+from airflow_odf.engine.py4j_errors import Py4JJavaError
 
 _MAX_LINES = 12
 _POSITION = re.compile(r"; line (\d+) pos (\d+)")

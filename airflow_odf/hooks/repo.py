@@ -2,7 +2,8 @@
 
 The connection's host is the repository URL — `file:///data/odf` (or a plain path), `s3://bucket/prefix`,
 `http(s)://host/repo` — and its extras carry the credentials: `aws_conn_id` (or `aws_access_key_id` /
-`aws_secret_access_key`, `aws_session_token`, `endpoint_url`) for S3, `token` for HTTP. Every secret
+`aws_secret_access_key`, `aws_session_token`, `endpoint_url`) for S3, `token` for HTTP, and `work_dir`
+places the scratch space the engine works in. Every secret
 the hook reads (passwords, tokens, keys, a password in the URL) is registered with Airflow's secrets
 masker, and URLs in its messages are redacted. The hook only resolves the connection; opening the
 repository is the core's job.
@@ -118,13 +119,20 @@ class OdfRepoHook(BaseHook):
                 f"connection {self.odf_conn_id!r}: an HTTP repository is read-only; it can be the "
                 "remote of a pull, but tasks that write need a file:// or s3:// repository"
             )
+        work_dir = self.work_dir()
         if parts.scheme != "file":
             store = open_store(url, credentials=self.store_credentials())
-            return Repository.in_store(store, url, create=create)
+            return Repository.in_store(store, url, create=create, work_dir=work_dir)
         root = Path(unquote(parts.path))
         if create and not _is_repository(root):
-            return Repository.init(root)
-        return Repository.open(root)
+            return Repository.init(root, work_dir=work_dir)
+        return Repository.open(root, work_dir=work_dir)
+
+    def work_dir(self) -> Path | None:
+        """The extra `work_dir`: the repository's scratch space (default: $ODF_WORK_DIR, else inside a
+        local repository, else the temporary directory); the engine's Spark must see it at that path."""
+        configured = self._connection(self.odf_conn_id).extra_dejson.get("work_dir")
+        return Path(configured) if configured else None
 
     def test_connection(self) -> tuple[bool, str]:
         """For the UI's "Test" button: the URL parses and, for file://, the repository opens."""

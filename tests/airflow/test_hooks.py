@@ -58,6 +58,16 @@ def test_file_url_creates_then_opens_the_repository(tmp_path: Path, monkeypatch:
     assert hook.open_repository(create=True).list() == reopened.list()  # create=True keeps what is there
 
 
+def test_the_work_dir_extra_places_the_scratch_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the engine works, e.g. a volume a Spark Connect server on another machine sees alike."""
+    root, scratch = tmp_path / "repo", tmp_path / "volume" / "odf-work"
+    _json_conn(monkeypatch, "odf_files", host=root.as_uri())
+    assert OdfRepoHook("odf_files").open_repository(create=True).work_dir == root / "cache"  # the default
+    _json_conn(monkeypatch, "odf_files", host=root.as_uri(), extra={"work_dir": str(scratch)})
+    assert OdfRepoHook("odf_files").open_repository().work_dir == scratch
+    assert OdfRepoHook("odf_files").open_repository(create=True).work_dir == scratch
+
+
 def test_default_connection_id_is_odf_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _json_conn(monkeypatch, "odf_default", host=str(tmp_path / "r"))
     assert OdfRepoHook().odf_conn_id == "odf_default"

@@ -1,9 +1,13 @@
 """`odf engine serve` as a real process: it prints its URL once the server accepts connections, a Spark
 Connect client runs a query on it with the ODF session options, and SIGTERM stops the server and its JVM
-(exit code 0, port free). Its errors — port in use, no Java, no Spark — are one line, exit code 2."""
+(exit code 0, port free). Its errors — port in use, no Java, no Spark — are one line, exit code 2. With a
+token ($ODF_ENGINE_TOKEN), which no command line and no output shows, it refuses clients without it (one
+line naming the server and the refusal) and serves those that send it: in the URL or as the password of
+a `spark_connect` connection."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,14 +15,26 @@ import socket
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
+from airflow_odf.engine.connect_runner import connect_mode, open_session
+from airflow_odf.engine.errors import ConnectTokenRefusedError
+from airflow_odf.odf.chain.data_access import read_slice
 from airflow_odf.odf.engine_client.connect_server import free_port
+from airflow_odf.odf.engine_client.runner import EngineRunError
+from airflow_odf.odf.format.manifests import read_single
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
 
 ODF = Path(sys.executable).parent / "odf"
+SENSORS = Path(__file__).parents[2] / "dags_examples" / "manifests" / "com.example.sensors.yaml"
+READING = '{"measured_at": "2024-01-02T00:00:00Z", "sensor_id": "a", "celsius": 1.5}\n'
+TOKEN = "odf-test-token-7c41e9"
 
 
 def serve(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
@@ -112,17 +128,13 @@ def test_serve_without_java_or_spark_says_so_in_one_line(tmp_path: Path, variabl
     assert phrase in lines[0]
 
 
-def test_an_unreachable_server_fails_the_command_in_one_line_naming_its_url(tmp_path: Path) -> None:
-    pytest.importorskip(
-        "airflow_odf.engine.connect_runner", reason="engineer A's SparkConnectRunner is not there yet"
-    )
+def cli_ingest(tmp_path: Path, remote: str) -> subprocess.CompletedProcess[str]:
+    """`odf ingest` of one reading into a new repository, on the Connect server `remote`."""
     repo, data = tmp_path / "repo", tmp_path / "s.ndjson"
-    data.write_text('{"measured_at": "2024-01-02T00:00:00Z", "sensor_id": "a", "celsius": 1.5}\n')
-    manifest = Path(__file__).parents[2] / "dags_examples" / "manifests" / "com.example.sensors.yaml"
-    for argv in (["init", "--repo", repo], ["add", "--repo", repo, manifest]):
+    data.write_text(READING)
+    for argv in (["init", "--repo", repo], ["add", "--repo", repo, SENSORS]):
         subprocess.run([str(ODF), *map(str, argv)], check=True, capture_output=True)
-    url = f"sc://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
-    proc = subprocess.run(
+    return subprocess.run(
         [
             str(ODF),
             "ingest",
@@ -135,9 +147,116 @@ def test_an_unreachable_server_fails_the_command_in_one_line_naming_its_url(tmp_
         ],
         capture_output=True,
         text=True,
-        timeout=60,
-        env={**os.environ, "ODF_SPARK_REMOTE": url},
+        timeout=120,
+        env={**os.environ, "ODF_SPARK_REMOTE": remote},
     )
+
+
+def test_an_unreachable_server_fails_the_command_in_one_line_naming_its_url(tmp_path: Path) -> None:
+    url = f"sc://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
+    proc = cli_ingest(tmp_path, url)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and url in lines[0] and "odf engine serve" in lines[0], proc.stderr
+
+
+@dataclass
+class TokenServer:
+    url: str
+    process: subprocess.Popen[str]
+    log: Path  # its stderr
+
+
+@pytest.fixture(scope="module")
+def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenServer]:
+    """`odf engine serve` with the token in $ODF_ENGINE_TOKEN (its log in a file: a pipe nobody reads
+    could fill up and stall the server)."""
+    log = tmp_path_factory.mktemp("token-server") / "stderr.log"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            [str(ODF), "engine", "serve", "--port", "0", "--master", "local[1]"],
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "ODF_ENGINE_TOKEN": TOKEN},
+        )
+    try:
+        assert proc.stdout is not None
+        yield TokenServer(proc.stdout.readline().strip(), proc, log)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def test_serve_keeps_its_token_off_command_lines_and_output(token_server: TokenServer) -> None:
+    url = token_server.url
+    assert re.fullmatch(r"sc://127\.0\.0\.1:\d+", url), (url, token_server.process.poll())
+    server = psutil.Process(token_server.process.pid)
+    processes = [p for p in (server, *server.children(recursive=True)) if p.status() != psutil.STATUS_ZOMBIE]
+    assert not [p.cmdline() for p in processes if TOKEN in " ".join(p.cmdline())]  # `ps` shows them all
+    [jvm] = [p for p in processes if p.name() == "java"]
+    assert jvm.environ()["SPARK_CONNECT_AUTHENTICATE_TOKEN"] == TOKEN  # readable by its owner only
+    log = token_server.log.read_text()
+    assert f"clients must send the server's token: {url}/;token=TOKEN" in log
+    assert TOKEN not in log
+
+
+def test_a_server_with_a_token_refuses_clients_without_it(token_server: TokenServer, tmp_path: Path) -> None:
+    url = token_server.url
+    with connect_mode():
+        with pytest.raises(ConnectTokenRefusedError) as refused:
+            open_session(url)
+        assert str(refused.value).startswith(
+            f"Spark Connect server {url}: refused a client without a token; "
+        )
+        with pytest.raises(ConnectTokenRefusedError) as refused:
+            open_session(f"{url}/;token=not-the-token")
+        message = str(refused.value)
+        assert message.startswith(f"Spark Connect server {url}: refused the token the client sent; ")
+        assert "not-the-token" not in message and "unreachable" not in message
+
+        spark = open_session(f"{url}/;token={TOKEN}")
+        try:
+            assert spark.range(10).selectExpr("sum(id) AS total").collect()[0]["total"] == 45
+        finally:
+            spark.stop()
+
+    proc = cli_ingest(tmp_path, url)  # the command: one line, no traceback
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines() == [str(ConnectTokenRefusedError(url, token_sent=False))]
+
+
+def test_the_token_as_password_of_a_spark_connect_connection(
+    token_server: TokenServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from airflow_odf.hooks.spark_engine import SparkConnectEngineRunner
+
+    host, port = token_server.url.removeprefix("sc://").rsplit(":", 1)
+    for conn_id, password in (("odf_token_right", TOKEN), ("odf_token_wrong", "not-the-token")):
+        connection = {"conn_type": "spark_connect", "host": host, "port": int(port), "password": password}
+        monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
+    data = tmp_path / "s.ndjson"
+    data.write_text(READING)
+    repo = Repository.init(tmp_path / "repo")
+    repo.add(read_single(SENSORS, "DatasetSnapshot"))
+    name, options = "com.example.sensors", IngestOptions(work_dir=tmp_path / "work")
+
+    head = repo.dataset(name).head()
+    with pytest.raises(EngineRunError) as refused:
+        push_ingest(repo.dataset(name), name, SparkConnectEngineRunner("odf_token_wrong"), [data], options)
+    assert "refused the token the client sent" in str(refused.value)
+    assert "not-the-token" not in str(refused.value)
+    assert repo.dataset(name).head() == head  # nothing committed
+
+    result = push_ingest(
+        repo.dataset(name), name, SparkConnectEngineRunner("odf_token_right"), [data], options
+    )
+    assert result.records == 1
+    events = [block.event for _, block in repo.dataset(name).iter_blocks()]
+    [new_data] = [e.new_data for e in events if getattr(e, "new_data", None) is not None]
+    assert read_slice(repo.dataset(name), new_data).select(["offset", "sensor_id"]).to_pylist() == [
+        {"offset": 0, "sensor_id": "a"}
+    ]

@@ -9,6 +9,10 @@ We choose the port (a free one for port 0) and forbid Spark to move to another o
 (`spark.connect.grpc.port.maxRetries=0`), so the server is ready exactly when that port accepts
 connections — whatever Spark's log level. Stopping sends SIGTERM to the server's process group (Spark
 stops its context in its shutdown hook) and SIGKILL if it has not exited after `STOP_TIMEOUT`.
+
+A server with a token requires it of every client (Spark's pre-shared bearer token). The token goes to
+the server in its environment (`SPARK_CONNECT_AUTHENTICATE_TOKEN`, which only its owner can read), never
+on its command line, which `ps` shows to every user of the machine.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ START_TIMEOUT = 120.0  # a JVM start costs 8-13 s here; a cluster master may tak
 STOP_TIMEOUT = 30.0
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 _PORT_IN_USE_SIGNS = ("BindException", "Address already in use")
+TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+"""Where Spark's Connect server reads its token (after `spark.connect.authenticate.token`, which would
+put it on the command line), and where pyspark's client reads it when the URL has no `;token=`."""
 
 
 class ConnectServerError(OdfError):
@@ -85,8 +92,10 @@ def _accepts_connections(host: str, port: int) -> bool:
 class ConnectServer:
     """One Spark Connect server process on `host:port` (port 0: a free one) with Spark master `master`.
 
-    `conf` comes after the ODF session options, so it can change any of them. `log` receives each line
-    the server writes (its stdout and stderr); the last lines explain a failed start."""
+    `conf` comes after the ODF session options, so it can change any of them. With a `token`, clients
+    must send it (`sc://HOST:PORT/;token=TOKEN`); without, the server requires none, whatever this
+    process's environment says. `log` receives each line the server writes (its stdout and stderr); the
+    last lines explain a failed start."""
 
     def __init__(
         self,
@@ -95,11 +104,13 @@ class ConnectServer:
         port: int = DEFAULT_PORT,
         conf: Mapping[str, str] | None = None,
         log: Callable[[str], None] = _log.debug,
+        token: str | None = None,
     ) -> None:
         self.master = master
         self.host = host
         self.port = port
         self.conf = dict(conf or {})
+        self.token = token
         self.log = log
         self._process: subprocess.Popen[str] | None = None
         self._pump: threading.Thread | None = None
@@ -133,7 +144,9 @@ class ConnectServer:
             self.port = free_port(self.host or "0.0.0.0")
         elif _port_in_use(self.host or "0.0.0.0", self.port):
             raise ConnectServerError(self._port_taken())
-        env = dict(os.environ)
+        env = {key: value for key, value in os.environ.items() if key != TOKEN_VARIABLE}
+        if self.token:
+            env[TOKEN_VARIABLE] = self.token
         if is_local_master(self.master):  # executors elsewhere must reach a cluster driver: no loopback
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         jar = connect_jar(home)

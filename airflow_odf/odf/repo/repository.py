@@ -62,6 +62,11 @@ class AddResult:
     commit: CommitResult
 
 
+WORK_DIR_ENV = "ODF_WORK_DIR"
+"""Where repositories keep their scratch space (a folder per repository), e.g. a volume the engine's Spark
+Connect server sees at the same path."""
+
+
 def normalize_sql(sql: model.TransformSql) -> model.TransformSql:
     """`query` becomes `queries: [{query}]`, as the reference stores transforms."""
     if sql.query is None:
@@ -106,30 +111,35 @@ class Repository:
 
     @property
     def work_dir(self) -> Path:
-        """Scratch space: inside a local repository (same file system: slices move, not copy)."""
+        """Scratch space, where the engine reads staged inputs and writes its output (so the engine's
+        Spark must see it at the same path): the one given, else a folder of this repository under
+        $ODF_WORK_DIR, else inside a local repository (same file system: slices move, not copy), else
+        under the system's temporary directory."""
         if self._work_dir is not None:
             return self._work_dir
+        digest = hashlib.sha256(self.location.encode()).hexdigest()[:16]
+        if os.environ.get(WORK_DIR_ENV):
+            return Path(os.environ[WORK_DIR_ENV]) / digest
         if self.is_local:
             return self.root / "cache"
-        digest = hashlib.sha256(self.location.encode()).hexdigest()[:16]
         return Path(tempfile.gettempdir()) / "airflow-odf-work" / digest
 
     @classmethod
-    def init(cls, root: str | Path) -> Repository:
+    def init(cls, root: str | Path, *, work_dir: Path | None = None) -> Repository:
         """Creates (or re-marks) a repository: a local directory, or a URL such as `s3://bucket/odf`
         (credentials from the environment)."""
         if _is_store_url(root):
-            return cls.in_store(open_store(str(root)), str(root), create=True)
-        repo = cls(_local(root))
+            return cls.in_store(open_store(str(root)), str(root), create=True, work_dir=work_dir)
+        repo = cls(_local(root), work_dir=work_dir)
         repo.root.mkdir(parents=True, exist_ok=True)
         (repo.root / MARKER).write_text("1")
         return repo
 
     @classmethod
-    def open(cls, root: str | Path) -> Repository:
+    def open(cls, root: str | Path, *, work_dir: Path | None = None) -> Repository:
         if _is_store_url(root):
-            return cls.in_store(open_store(str(root)), str(root))
-        repo = cls(_local(root))
+            return cls.in_store(open_store(str(root)), str(root), work_dir=work_dir)
+        repo = cls(_local(root), work_dir=work_dir)
         if not (repo.root / MARKER).is_file():
             raise RepositoryError(f"{repo.root} is not an ODF repository (run `odf init` there first)")
         return repo
