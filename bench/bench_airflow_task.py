@@ -19,11 +19,15 @@ same Spark settings (`spark.ui.enabled=false`):
 - `engine` — to split the difference: `SparkSubmitOperator` running the engine's work for the same
   request (captured once from the core) without the provider around it (and without fast start):
   `run_request` of `airflow_odf.engine.job` on a fresh session, the same `--py-files` archive.
+- `odf_connect` — the warm engine (issue 24): the same `OdfPushIngestOperator` on a `spark_connect`
+  connection, its engine work on a Spark Connect server (`odf engine serve`, master `local[2]`) started
+  once before the rounds (untimed, as a deployment keeps it running next to its workers).
 
 One warm-up run each, then `--reps` rounds in rotating order. The time of a task is its task instance's
 duration in the metadata DB (start to end as Airflow records it). Reported: medians and the ratios
-ODF / empty job (target <= 1.3), ODF / empty job with the same JVM options, and ODF without fast start /
-engine work alone (the provider's own share).
+ODF / empty job (target <= 1.3), ODF / empty job with the same JVM options, ODF without fast start /
+engine work alone (the provider's own share), and the warm engine's: ODF on Connect / empty job (target
+<= 0.3) and ODF on Connect / ODF with spark-submit and fast start (target <= 0.4), paired per round.
 
 Usage: .venv/bin/python bench/bench_airflow_task.py [--reps N]
 """
@@ -33,17 +37,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 import textwrap
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from machine_info import cpu_model, java_version
+from airflow_bench import (
+    airflow_environment,
+    build_class_archive,
+    load_dag,
+    machine,
+    task_durations,
+    warm_engine,
+)
 
 ODF_DAG = textwrap.dedent(
     """
@@ -62,7 +71,18 @@ ODF_DAG = textwrap.dedent(
         )
 
 
+    @dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False)
+    def bench_odf_push_connect():
+        OdfPushIngestOperator(
+            task_id="push",
+            dataset="bench.tiny",
+            files=[os.environ["ODF_BENCH_FILE"]],
+            spark_conn_id="spark_connect_bench",  # airflow_bench.CONNECT_CONN_ID: the warm engine
+        )
+
+
     bench_odf_push()
+    bench_odf_push_connect()
     """
 )
 
@@ -157,7 +177,6 @@ def _prepare(work: Path) -> dict[str, Path]:
     reads at import."""
     from airflow_odf.odf.engine_client.fast_start import DRIVER_JAVA_OPTIONS, fast_start_conf
     from airflow_odf.odf.engine_client.runner import package_archive
-    from airflow_odf.odf.engine_client.warm_up import build_class_archive
     from airflow_odf.odf.errors import OdfError
     from airflow_odf.odf.format import model
     from airflow_odf.odf.ingest.options import IngestOptions
@@ -189,86 +208,47 @@ def _prepare(work: Path) -> dict[str, Path]:
     except OdfError:
         pass  # the capturing runner answers with an error: nothing is committed
     (work / "request.json").write_text(capture.request)
-    os.environ["ODF_CACHE_DIR"] = str(work / "cache")
-    started = time.perf_counter()
-    archive = build_class_archive("local[2]", log=lambda line: None)
-    print(f"set-up: class archive made in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    archive = build_class_archive(work / "cache")
     jvm_options = fast_start_conf({}, "local[2]", capture.request, archive)[DRIVER_JAVA_OPTIONS]
     os.environ.update(
         {
-            "AIRFLOW_HOME": str(work / "airflow"),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",  # the task logs (Spark's output) are not the point
-            "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
-            "AIRFLOW_CONN_ODF_DEFAULT": json.dumps({"conn_type": "odf_repo", "host": repo.as_uri()}),
+            **airflow_environment(work, dags, repo),
             "ODF_BENCH_FILE": str(work / "tiny.csv"),
             "ODF_BENCH_EMPTY_JOB": str(work / "empty_job.py"),
             "ODF_BENCH_ENGINE_JOB": str(work / "engine_job.py"),
             "ODF_BENCH_REQUEST": str(work / "request.json"),
             "ODF_BENCH_ARCHIVE": str(package_archive(work / "py-files")),
             "ODF_BENCH_JVM": jvm_options,
-            "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1"),
-            # the Spark provider runs `spark-submit` from PATH: the one of this environment's PySpark
-            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
         }
     )
     return {"dags": dags, "repo": repo}
 
 
-def _load(path: Path, name: str) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return getattr(module, name)()
-
-
 def _run(dag: Any, fast_start: bool = True) -> float:
     """The duration of the DAG's single task as Airflow recorded it."""
-    from airflow.utils.session import create_session
-
     os.environ["AIRFLOW__ODF__ENGINE_FAST_START"] = str(fast_start)
-    run = dag.test()
-    with create_session() as session:
-        [ti] = run.get_task_instances(session=session)
-        if str(ti.state) != "success":
-            raise SystemExit(f"{dag.dag_id}: task ended {ti.state}")
-        return (ti.end_date - ti.start_date).total_seconds()
-
-
-def _machine() -> str:
-    import airflow
-    import pyspark
-    from airflow.providers.apache.spark import __version__ as spark_provider
-
-    return (
-        f"machine: {platform.platform()}, {os.cpu_count()} CPUs ({cpu_model()})\n"
-        f"CPython {platform.python_version()}, Airflow {airflow.__version__}, "
-        f"Spark provider {spark_provider}, PySpark {pyspark.__version__}, {java_version()}\n"
-        f"date {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC"
-    )
+    [duration] = task_durations(dag)[1].values()
+    return duration
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="timed rounds (each runs every DAG once)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="odf-bench-airflow-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="odf-bench-airflow-") as tmp, warm_engine():
         paths = _prepare(Path(tmp))
         from airflow.utils import db
 
         db.resetdb()
-        print(_machine(), file=sys.stderr)
-        odf = _load(paths["dags"] / "bench_odf_push.py", "bench_odf_push")
+        print(machine(), file=sys.stderr)
+        odf = load_dag(paths["dags"] / "bench_odf_push.py", "bench_odf_push")
         dags = {
             "odf": odf,
             "odf_plain": odf,
-            "empty": _load(paths["dags"] / "bench_bare.py", "bench_bare_empty"),
-            "empty_tuned": _load(paths["dags"] / "bench_bare.py", "bench_bare_empty_tuned"),
-            "engine": _load(paths["dags"] / "bench_bare.py", "bench_bare_engine"),
+            "empty": load_dag(paths["dags"] / "bench_bare.py", "bench_bare_empty"),
+            "empty_tuned": load_dag(paths["dags"] / "bench_bare.py", "bench_bare_empty_tuned"),
+            "engine": load_dag(paths["dags"] / "bench_bare.py", "bench_bare_engine"),
+            "odf_connect": load_dag(paths["dags"] / "bench_odf_push.py", "bench_odf_push_connect"),
         }
         load = [os.getloadavg()[0]]
         started = time.perf_counter()
@@ -286,7 +266,7 @@ def main() -> None:
         blocks = len(list(Repository.open(paths["repo"]).dataset("bench.tiny").iter_blocks()))
         med = {key: statistics.median(v) for key, v in times.items()}
         print()
-        print(_machine())
+        print(machine())
         print(
             f"{args.reps} rounds in {time.perf_counter() - started:.0f} s; load average (1 min) "
             f"{min(load):.1f}-{max(load):.1f}; dataset chain at the end: {blocks} blocks"
@@ -311,6 +291,15 @@ def main() -> None:
         print(
             f"| bare `SparkSubmitOperator`, the engine's work for the same request | {med['engine']:.2f} "
             f"| {med['odf_plain'] / med['engine']:.2f} (without fast start) |"
+        )
+        warm = [c / e for c, e in zip(times["odf_connect"], times["empty"], strict=True)]
+        warm_vs_submit = [c / o for c, o in zip(times["odf_connect"], times["odf"], strict=True)]
+        print(
+            f"| ODF push ingest on the warm engine (spark-connect) | {med['odf_connect']:.2f} "
+            f"| / empty job: **{med['odf_connect'] / med['empty']:.2f}** (target <= 0.3), per round "
+            + ", ".join(f"{r:.2f}" for r in warm)
+            + f"; / ODF on spark-submit with fast start: **{med['odf_connect'] / med['odf']:.2f}** "
+            "(target <= 0.4), per round " + ", ".join(f"{r:.2f}" for r in warm_vs_submit) + " |"
         )
         for key in keys:
             print(f"{key}: " + ", ".join(f"{t:.2f}" for t in times[key]))

@@ -1,6 +1,6 @@
-"""The engine on Spark Connect: the same ingests and transforms as on the local engine give the same
-datasets (records, offsets, op codes, logical hashes, events) and responses; requests share one server
-safely; an unreachable server fails at once with a clear message."""
+"""The engine on Spark Connect: the same ingests and transforms as on the local engine (and on
+spark-submit) give the same datasets (records, offsets, op codes, logical hashes, events) and responses;
+requests share one server safely; an unreachable server fails at once with a clear message."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from airflow_odf.engine.session import default_parallelism, get_session
 from airflow_odf.odf.chain.data_access import read_slice
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.integrity import verify_integrity
-from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.engine_client.runner import EngineRunner, SparkSubmitRunner
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.hashing.parquet_hashes import logical_hash_of_parquet
@@ -68,9 +68,10 @@ def _derivative(name: str, query: str) -> model.DatasetSnapshot:
     return model.DatasetSnapshot(name=name, kind=model.DatasetKind.DERIVATIVE, metadata=[transform])
 
 
-def _pipeline(runner: EngineRunner, root: Path) -> Repository:
+def _pipeline(runner: EngineRunner, root: Path, pushes: int = len(CENSUS_CSV)) -> Repository:
     """A Snapshot-merged root pushed twice (the second time in several slices: range partitions), each
-    time followed by two derivatives' transforms; then the derivatives' replay is verified."""
+    time followed by two derivatives' transforms; then the derivatives' replay is verified. `pushes`
+    stops after the first pushes (and their transforms)."""
     repo = Repository.init(root / "repo")
     read = model.ReadStepCsv(header=True, ddl_schema=["city STRING", "population BIGINT"])
     source = model.AddPushSource(
@@ -86,7 +87,7 @@ def _pipeline(runner: EngineRunner, root: Path) -> Repository:
         "GROUP BY event_time ORDER BY event_time"
     )
     repo.add(_derivative(TOTALS, totals), system_time=T0)
-    for day, text in enumerate(CENSUS_CSV, start=1):
+    for day, text in enumerate(CENSUS_CSV[:pushes], start=1):
         path = root / f"census-{day}.csv"
         path.write_text(text)
         options = IngestOptions(work_dir=root / "work", target_slice_bytes=16 if day > 1 else 1 << 30)
@@ -183,6 +184,25 @@ def test_the_same_pipeline_gives_the_same_datasets_on_local_and_connect(
     ]
     assert _without_paths(connect.responses) == _without_paths(local.responses)
     assert all("error" not in response for response in connect.responses)
+
+
+def test_spark_submit_gives_the_same_datasets_as_local_and_connect(
+    runner: LocalSparkRunner, connect_url: str, tmp_path: Path
+) -> None:
+    """The third engine on the first push and its transforms (a JVM per request: kept short)."""
+    repos = {
+        "local": _pipeline(runner, tmp_path / "local", pushes=1),
+        "spark-submit": _pipeline(SparkSubmitRunner("local[1]"), tmp_path / "submit", pushes=1),
+        "spark-connect": _pipeline(SparkConnectRunner(connect_url), tmp_path / "connect", pushes=1),
+    }
+    assert [r["city"] for r in _records(repos["spark-submit"].dataset(CENSUS))] == ["A", "B", "C"]
+    for name in (CENSUS, BIG, TOTALS):
+        datasets = {engine: repo.dataset(name) for engine, repo in repos.items()}
+        expected = datasets["local"]
+        for engine, dataset in datasets.items():
+            assert _records(dataset) == _records(expected), (engine, name)
+            assert [_comparable(e) for e in _events(dataset)] == [_comparable(e) for e in _events(expected)]
+            assert verify_integrity(dataset) == []
 
 
 def _census_root(repo: Repository, name: str) -> Dataset:
