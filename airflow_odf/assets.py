@@ -31,15 +31,30 @@ def odf_asset(dataset_id: DatasetId | str, name: str) -> Asset:
     return Asset(name=name, uri=dataset_uri(dataset_id))
 
 
+def declared_assets(dataset: str) -> list[Asset]:
+    """The asset a task writing `dataset` declares as an outlet when its DAG file is parsed, so that the
+    Assets page shows the task as its producer. Only a `did:odf:` reference names the dataset id without
+    reading the repository; a dataset name has none (its tasks report through their `AssetAlias`)."""
+    if not dataset.startswith(_DID_PREFIX):
+        return []
+    try:
+        return [odf_asset(dataset, dataset)]
+    except OdfError:
+        return []  # not a dataset id: the task fails when it runs, naming it
+
+
 def sanitize_uri(uri: SplitResult) -> SplitResult:
-    """Airflow's URI handler: the host must be a dataset id, with no path, query or user info."""
+    """Airflow's URI handler: the host must be a dataset id, with no path, query or user info.
+
+    Airflow normalises every URI of a registered scheme before calling this, turning an empty path
+    into `/`; the path is emptied again so that the stored URI is exactly `odf://<dataset id>`."""
     if uri.path not in ("", "/") or uri.query or uri.fragment or "@" in uri.netloc:
         raise ValueError(f"odf asset URI {uri.geturl()!r}: expected odf://<dataset id> and nothing after it")
     try:
         DatasetId.parse(_DID_PREFIX + uri.netloc)
     except OdfError as e:
         raise ValueError(f"odf asset URI {uri.geturl()!r}: the host is not a dataset id: {e}") from None
-    return uri._replace(netloc=uri.netloc.lower(), path="/")
+    return uri._replace(netloc=uri.netloc.lower(), path="")
 
 
 def create_asset(*, dataset_id: str, name: str | None = None, extra: dict[str, Any] | None = None) -> Asset:
@@ -52,4 +67,4 @@ def convert_asset_to_openlineage(asset: Asset, lineage_context: Any) -> Any:
     """The OpenLineage dataset of an `odf` asset: namespace `odf`, name the dataset id."""
     from airflow.providers.common.compat.openlineage.facet import Dataset as OpenLineageDataset
 
-    return OpenLineageDataset(namespace=SCHEME, name=asset.uri.removeprefix(f"{SCHEME}://").rstrip("/"))
+    return OpenLineageDataset(namespace=SCHEME, name=asset.uri.removeprefix(f"{SCHEME}://"))

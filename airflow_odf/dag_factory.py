@@ -192,7 +192,9 @@ def build_dag(
     :param engine: `spark-submit`, `spark-connect` or `local` (default: `[odf] default_engine`).
     :param gate_with_source_sensor: put an `OdfSourceChangedSensor` before each ingest, so the ingest
         runs only when its source has new data. The sensors default to `mode="reschedule"` and
-        `soft_fail=True` (nothing new by the sensor's `timeout`: sensor and ingest end skipped);
+        `soft_fail=True`: nothing new by the sensor's `timeout` ends sensor and ingest skipped, while a
+        source that cannot be asked (a variable not set, a malformed source) fails the sensor with the
+        core's message and a transient failure (network, HTTP 5xx) is logged and asked again;
         transforms then run when at least one upstream task succeeded and none failed
         (`none_failed_min_one_success`).
     :param external_inputs: inputs the derivatives may read that the folder does not define.

@@ -126,6 +126,15 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "False",
                         "default": "True",
                     },
+                    "spark_log_level": {
+                        "description": "How much Spark logs in the task log of spark-submit jobs: a log4j "
+                        "level (OFF, FATAL, ERROR, WARN, INFO, DEBUG, TRACE, ALL); a task's "
+                        "spark_conf={'spark.log.level': ...} wins.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "INFO",
+                        "default": "WARN",
+                    },
                     "schema_policy": {
                         "description": "Default schema policy of ingest and transform tasks.",
                         "version_added": "0.1.0",
@@ -133,9 +142,19 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "additive",
                         "default": "strict",
                     },
+                    "dataset_view": {
+                        "description": "Serve the ODF view (a read-only page of each odf_repo connection's "
+                        'datasets, /odf on the API server, in the Browse menu) and point the "ODF dataset" '
+                        "extra link at it.",
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
                     "dataset_url_template": {
                         "description": 'URL of the "ODF dataset" extra link of ODF tasks, formatted with '
-                        "{dataset_name}, {dataset_id} and {head} (the head after the task); empty: no link.",
+                        "{dataset_name}, {dataset_id} and {head} (the head after the task); empty: the ODF "
+                        "view (dataset_view), else no link.",
                         "version_added": "0.1.0",
                         "type": "string",
                         "example": "http://127.0.0.1:8080/{dataset_name}/blocks/{head}",

@@ -1,15 +1,21 @@
-"""Example DAG 5: data-aware scheduling — a transform DAG that runs whenever its input dataset moves.
+"""Example DAG 5: data-aware scheduling — DAGs that run whenever their input dataset moves.
 
-Three ways to follow `com.example.trades`, each keeping `com.example.trades.large` up to date (use one):
+Three ways to follow a dataset, each the only follower of its output, so that all of them (and every
+other example DAG) can be enabled in one deployment without two DAGs writing the same dataset:
 
-- `odf_asset_scheduled` — scheduled on the dataset's asset through its alias; for datasets written by
-  ODF tasks of this Airflow. The main example, below.
+- `odf_asset_scheduled` — scheduled on the asset of `com.example.trades` through its alias; for
+  datasets written by ODF tasks of this Airflow. Keeps `com.example.trades.large` up to date. The
+  main example, below.
 - `odf_trades_follower` — a daily run whose deferrable `OdfHeadChangedSensor` waits in the triggerer
-  until the head moved past the one the previous run saw; for datasets written anywhere.
-- `odf_asset_watcher` — scheduled on the asset with an `AssetWatcher` (`OdfHeadEventTrigger`): the
-  triggerer polls the head and every move starts a run; for datasets written outside this Airflow
-  (`odf pull`, another deployment). It needs the dataset id when the file is parsed: it is defined
-  only when `ODF_EXAMPLE_TRADES_DID` is set (`odf list` shows it; a DID never changes).
+  until the head of `com.example.trades` moved past the one the previous run saw; for datasets written
+  anywhere. Keeps `com.example.trades.notional` up to date.
+- `odf_asset_watcher` — scheduled on the asset of `com.example.sensors` with an `AssetWatcher`
+  (`OdfHeadEventTrigger`): the triggerer polls the head and every move starts a run; for datasets
+  written outside this Airflow (`odf ingest` from a gateway, `odf pull`, another deployment) — and
+  only for those: a dataset an ODF task of this Airflow writes already gets an asset event per commit,
+  and the watcher's would start a second run for the same commit. Keeps
+  `com.example.sensors.fahrenheit` up to date. It needs the dataset id when the file is parsed: it is
+  defined only when `ODF_EXAMPLE_SENSORS_DID` is set (`odf list` shows it; a DID never changes).
 
 `odf_asset_scheduled` is scheduled on the asset of `com.example.trades`, which example DAG 1
 (`odf_trades_pipeline`) ingests: every ingest that commits emits an asset event carrying
@@ -23,6 +29,12 @@ the repository). Every ODF operator reports its dataset through the alias `odf:<
 (`airflow_odf.operators.base.asset_alias`), and a DAG scheduled on that alias is started by those
 events: Airflow resolves the alias to the `odf://` asset when the first event arrives, and hands the
 events to the run as `triggering_asset_events`.
+
+Production settings, the same for the three: `max_active_runs=1`, so the runs of a follower process
+its input's moves in order, each pinned to its own head (the follower's sensor even starts from the
+head the previous run saw); `retries=2`, a few minutes apart, for what may pass (a Spark job that
+crashed, a repository or engine that did not answer) — a bad manifest or query fails at once, without
+retry.
 
 Connections: `odf_default` (an `odf_repo` connection, the repository DAG 1 writes) and, with the
 default engine, `spark_default`.
@@ -46,7 +58,15 @@ from airflow_odf.sensors.head import OdfHeadChangedSensor
 from airflow_odf.triggers.head import OdfHeadEventTrigger
 
 EXAMPLES = Path(__file__).resolve().parent
-LARGE_TRADES = str(EXAMPLES / "manifests" / "com.example.trades.large.yaml")
+MANIFESTS = EXAMPLES / "manifests"
+# a follower processes its input's moves one run at a time, in order; what may pass is tried again
+FOLLOWER_SETTINGS: dict[str, Any] = {
+    "start_date": datetime(2024, 1, 1),
+    "catchup": False,
+    "max_active_runs": 1,
+    "default_args": {"retries": 2, "retry_delay": timedelta(minutes=2)},
+    "tags": ["odf", "example"],
+}
 
 
 # [START howto_asset_event_heads]
@@ -79,14 +99,14 @@ def odf_event_heads(triggering_asset_events: Mapping[Any, Iterable[Any]]) -> dic
 # [START howto_asset_schedule_odf]
 @dag(
     schedule=asset_alias("com.example.trades"),  # AssetAlias("odf:com.example.trades")
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    tags=["odf", "example"],
     user_defined_macros={"odf_event_heads": odf_event_heads},
     render_template_as_native_obj=True,  # input_heads renders to a mapping
+    **FOLLOWER_SETTINGS,
 )
 def odf_asset_scheduled() -> None:
-    apply = OdfApplyManifestOperator(task_id="apply_manifest", manifests=[LARGE_TRADES])
+    apply = OdfApplyManifestOperator(
+        task_id="apply_manifest", manifests=[str(MANIFESTS / "com.example.trades.large.yaml")]
+    )
     transform = OdfTransformOperator(
         task_id="transform_large_trades",
         dataset="com.example.trades.large",
@@ -100,7 +120,7 @@ def odf_asset_scheduled() -> None:
 scheduled = odf_asset_scheduled()
 
 
-@dag(schedule="@daily", start_date=datetime(2024, 1, 1), catchup=False, tags=["odf", "example"])
+@dag(schedule="@daily", **FOLLOWER_SETTINGS)
 def odf_trades_follower() -> None:
     # [START howto_sensor_odf_head_changed]
     wait = OdfHeadChangedSensor(
@@ -115,10 +135,12 @@ def odf_trades_follower() -> None:
         timeout=timedelta(hours=23),
         soft_fail=True,
     )
-    apply = OdfApplyManifestOperator(task_id="apply_manifest", manifests=[LARGE_TRADES])
+    apply = OdfApplyManifestOperator(
+        task_id="apply_manifest", manifests=[str(MANIFESTS / "com.example.trades.notional.yaml")]
+    )
     transform = OdfTransformOperator(
-        task_id="transform_large_trades",
-        dataset="com.example.trades.large",
+        task_id="transform_notional",
+        dataset="com.example.trades.notional",
         input_heads={"com.example.trades": "{{ ti.xcom_pull(task_ids='wait_for_trades')['head'] }}"},
     )
     wait >> apply >> transform
@@ -127,34 +149,34 @@ def odf_trades_follower() -> None:
 
 follower = odf_trades_follower()
 
-TRADES_DID = os.environ.get("ODF_EXAMPLE_TRADES_DID", "")
+SENSORS_DID = os.environ.get("ODF_EXAMPLE_SENSORS_DID", "")
 
-if TRADES_DID:
+if SENSORS_DID:
     # [START howto_trigger_odf_head_event]
-    trades_asset = Asset(
-        name="com.example.trades",
-        uri=dataset_uri(TRADES_DID),  # odf://<dataset id>
+    sensors_asset = Asset(
+        name="com.example.sensors",
+        uri=dataset_uri(SENSORS_DID),  # odf://<dataset id>
         watchers=[
             AssetWatcher(
-                name="com_example_trades_head",
-                trigger=OdfHeadEventTrigger(dataset=TRADES_DID, poll_interval=60),
+                name="com_example_sensors_head",
+                trigger=OdfHeadEventTrigger(dataset=SENSORS_DID, poll_interval=60),
             )
         ],
     )
 
     @dag(
-        schedule=trades_asset,
-        start_date=datetime(2024, 1, 1),
-        catchup=False,
-        tags=["odf", "example"],
+        schedule=sensors_asset,
         user_defined_macros={"odf_event_heads": odf_event_heads},
         render_template_as_native_obj=True,
+        **FOLLOWER_SETTINGS,
     )
     def odf_asset_watcher() -> None:
-        apply = OdfApplyManifestOperator(task_id="apply_manifest", manifests=[LARGE_TRADES])
+        apply = OdfApplyManifestOperator(
+            task_id="apply_manifest", manifests=[str(MANIFESTS / "com.example.sensors.fahrenheit.yaml")]
+        )
         transform = OdfTransformOperator(
-            task_id="transform_large_trades",
-            dataset="com.example.trades.large",
+            task_id="transform_fahrenheit",
+            dataset="com.example.sensors.fahrenheit",
             input_heads="{{ odf_event_heads(triggering_asset_events) }}",
         )
         apply >> transform

@@ -6,12 +6,15 @@ and builds `apply_manifests` -> `ingest_com.example.weather.readings` (the root'
 transform pinned to the head its upstream ingest returned through XCom. Adding a manifest to the folder
 adds its task; a cycle or an unknown input fails the DAG import with the file's name.
 
+It is started by hand and the only DAG writing the weather datasets; `max_active_runs=1` and
+`retries=2` (through `default_args`, for every task), as for the other examples.
+
 Connections: `odf_default` (an `odf_repo` connection) and, with the default engine, `spark_default`.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow_odf.dag_factory import build_dag
@@ -27,6 +30,8 @@ weather = build_dag(
     create_repository=True,
     start_date=datetime(2024, 1, 1),
     catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
     tags=["odf", "example"],
 )
 # [END howto_dag_factory]

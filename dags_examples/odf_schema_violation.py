@@ -10,6 +10,8 @@ failures — delivers the alert.
 
 Here the alert goes to `write_alert`, a plain callable: it appends the text to the file named by the
 environment variable `ODF_EXAMPLE_ALERT_FILE` (where tasks run), or only logs it when that is unset.
+It is started by hand and writes only `com.example.meters`; `max_active_runs=1`, since each run pushes
+the same two files (a push is an append: overlapping runs would each add the first file's rows).
 In production pass an Airflow notifier instead, e.g. `OdfSchemaViolationNotifier(SmtpNotifier(
 to="data-team@example.com", subject="ODF schema violation", html_content="<pre>{{ odf_alert }}</pre>"))`.
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +49,13 @@ def write_alert(message: str, context: Any) -> None:
     schedule=None,
     start_date=datetime(2024, 1, 1),
     catchup=False,
+    max_active_runs=1,
     tags=["odf", "example"],
-    default_args={"on_failure_callback": OdfSchemaViolationNotifier(write_alert)},
+    default_args={
+        "on_failure_callback": OdfSchemaViolationNotifier(write_alert),
+        "retries": 2,  # not used by push_renamed: a schema violation fails at once
+        "retry_delay": timedelta(minutes=2),
+    },
 )
 def odf_schema_violation() -> None:
     apply = OdfApplyManifestOperator(
@@ -67,7 +74,6 @@ def odf_schema_violation() -> None:
         dataset="com.example.meters",
         files=[str(EXAMPLES / "data" / "meters-2024-02-02-renamed.csv")],
         event_time="2024-02-02T00:00:00Z",
-        retries=2,  # not used: a schema violation fails at once
     )
     apply >> readings >> renamed
 

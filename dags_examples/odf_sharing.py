@@ -6,6 +6,13 @@ then the head by compare-and-swap); `pull_*` copy them from there into the repos
 `odf_replica`, hashing every block and object on arrival; `verify_replica` re-checks the replica's
 integrity and replays its transform on the pulled input — a consumer proving the data it received.
 
+The pulls commit into the replica, but they declare no outlet (`outlets=[]`): the asset of a dataset
+is its id, the same in every repository, and the replica's copy of blocks already reported by the
+tasks that wrote them is no news — DAGs scheduled on the datasets (`odf_asset_scheduled`) must not run
+again for it. `max_active_runs=1`: one publication at a time; `retries=2` for the network and the
+stores (a tampered or diverged copy fails at once, no retry). Its ingest and transform write the
+datasets of example DAG 1, whose writers reconcile with them.
+
 Connections (all `odf_repo`): `odf_default` (e.g. host `file:///data/odf`), `odf_s3` (host
 `s3://bucket/odf`, extras `{"aws_conn_id": "aws_default"}` or `endpoint_url` and keys for an
 S3-compatible store), `odf_replica` (e.g. host `file:///data/replica`).
@@ -13,7 +20,7 @@ S3-compatible store), `odf_replica` (e.g. host `file:///data/replica`).
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from airflow.sdk import dag
@@ -29,7 +36,14 @@ TRADES = "com.example.trades"
 DAILY = "com.example.trades.daily"
 
 
-@dag(schedule=None, start_date=datetime(2024, 1, 1), catchup=False, tags=["odf", "example"])
+@dag(
+    schedule=None,
+    start_date=datetime(2024, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=2)},
+    tags=["odf", "example"],
+)
 def odf_sharing() -> None:
     apply = OdfApplyManifestOperator(
         task_id="apply_manifests",
@@ -50,9 +64,14 @@ def odf_sharing() -> None:
         remote_conn_id="odf_s3",
         odf_conn_id="odf_replica",
         create_repository=True,
+        outlets=[],  # the replica's copy is no news: no asset event
     )
     pull_daily = OdfPullOperator(
-        task_id="pull_daily", dataset=DAILY, remote_conn_id="odf_s3", odf_conn_id="odf_replica"
+        task_id="pull_daily",
+        dataset=DAILY,
+        remote_conn_id="odf_s3",
+        odf_conn_id="odf_replica",
+        outlets=[],
     )
     verify = OdfVerifyOperator(task_id="verify_replica", dataset=DAILY, odf_conn_id="odf_replica")
     # [END howto_operator_odf_push_pull]

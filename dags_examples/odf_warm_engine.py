@@ -9,6 +9,11 @@ on Connect without further settings — here every task gets it through `default
 An unreachable server fails the task within seconds with a message naming its URL; the retries below
 give it time to come back (e.g. while its service restarts).
 
+It writes the datasets example DAG 1 writes, on purpose: the same pipeline on another engine. Both
+are started by hand, and their runs may overlap — with each other and among themselves, up to
+`max_active_runs=3` — because the writers reconcile: a task that loses the race for the head plans
+again from the winner's and commits only what is still missing, so each trade is ingested once.
+
 Connections: `odf_default` (an `odf_repo` connection, e.g. host `file:///data/odf`) and
 `spark_connect_default` (type `spark_connect`, host `sc://127.0.0.1`, port 15002; a token, if the server
 requires one, as password; `{"use_ssl": true}` as extra for TLS). The server's Spark writes the slices
@@ -33,6 +38,7 @@ WARM_ENGINE = {"spark_conn_id": "spark_connect_default", "retries": 2, "retry_de
     start_date=datetime(2024, 1, 1),
     catchup=False,
     tags=["odf", "example"],
+    max_active_runs=3,
     default_args=WARM_ENGINE,
 )
 def odf_warm_engine() -> None:

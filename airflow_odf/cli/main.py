@@ -28,7 +28,9 @@ from airflow_odf.cli.errors import (
 from airflow_odf.cli.schema import expand_shorthand
 from airflow_odf.cli.schema import register as register_schema_commands
 from airflow_odf.cli.sync import register as register_sync_commands
-from airflow_odf.odf.chain.integrity import collect_garbage, verify_integrity
+from airflow_odf.odf.chain.integrity import collect_garbage
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.chain.verification import Blocks, verify_dataset
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
@@ -41,6 +43,7 @@ from airflow_odf.odf.format.manifests import (
 )
 from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.odf.limits import MAX_BLOCK_BYTES_ENV, max_block_bytes
+from airflow_odf.odf.repo.operation_folders import collect_operations
 from airflow_odf.odf.repo.repository import ListedDataset, Repository, RepositoryError
 from airflow_odf.odf.repo.snapshot_order import dependency_order
 from airflow_odf.odf.storage.store import ConflictError
@@ -239,50 +242,59 @@ def cmd_reset(args: argparse.Namespace) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> None:
+    """Checks what came after the last verified head (`--full`: everything); see docs/repository.md."""
     repo = _repo(args)
     dataset = repo.dataset(args.name, damaged=True)
-    problems = verify_integrity(dataset)
-    state = None if problems else dataset.state()  # a damaged chain has no state to speak of
-    replay = not args.integrity and state is not None and state.kind is model.DatasetKind.DERIVATIVE
-    not_reproducible = []
-    if replay:
+
+    def replay(since: ChainState, blocks: Blocks) -> list[Any]:
         from airflow_odf.odf.transform.verify import verify_reproducibility  # loads pyarrow
 
-        not_reproducible = verify_reproducibility(
+        return verify_reproducibility(
             repo,
             args.name,
             LazyRunner(args),
             repo.work_dir,
             log=lambda line: print(line, file=sys.stderr),
+            since=since,
+            blocks=blocks,
         )
-    ok = not problems and not not_reproducible
+
+    result = verify_dataset(
+        dataset, full=args.full, replay=None if args.integrity else replay, engine=args.engine
+    )
     if args.format == "json":
         report = {
             "dataset": args.name,
-            "ok": ok,
-            "problems": [{"kind": p.kind, "ref": p.ref, "message": p.message} for p in problems],
-            "reproducibility": "checked" if replay else "not checked",
+            "ok": result.ok,
+            "problems": [{"kind": p.kind, "ref": p.ref, "message": p.message} for p in result.problems],
+            "reproducibility": "not checked" if result.replayed is None else "checked",
             "not_reproducible": [
                 {"block": str(p.block_hash), "field": p.field, "recorded": p.recorded, "replayed": p.replayed}
-                for p in not_reproducible
+                for p in result.not_reproducible
             ],
+            "head": None if result.head is None else str(result.head),
+            "full": result.full,
+            "since": None if result.since is None else str(result.since),
+            "reason": result.reason,
+            "blocks_checked": result.blocks_checked,
+            "objects_checked": result.objects_checked,
+            "transforms_replayed": result.replayed or 0,
+            "record": result.recorded,
         }
         print(json.dumps(report, indent=2))
-    elif not ok:
-        for line in [*problems, *not_reproducible]:
+    elif not result.ok:
+        for line in [*result.problems, *result.not_reproducible]:
             print(f"{args.name}: {line}")
-    elif state is not None:
-        what = "data and checkpoints intact"
-        if replay:
-            what += f"; all {state.num_blocks} blocks' transforms reproduced"
-        print(f"{args.name}: ok ({state.num_blocks} blocks, {what})")
-    if not ok:
+    elif result.state is not None:
+        print(f"{args.name}: ok ({result.state.num_blocks} blocks; checked {result.describe()})")
+    if not result.ok:
         raise VerificationFailed
 
 
 def cmd_gc(args: argparse.Namespace) -> None:
-    """Collects every readable dataset; one whose head or chain cannot be read is left whole, named on
-    stderr, and makes the exit code 4."""
+    """Collects every readable dataset, then the folders of dead operations in the scratch space; a
+    dataset whose head or chain cannot be read is left whole, named on stderr, and makes the exit
+    code 4."""
     repo = _repo(args)
     removed = 0
     skipped = []
@@ -297,6 +309,12 @@ def cmd_gc(args: argparse.Namespace) -> None:
             removed += 1
     except RepositoryError as e:
         skipped.append(f"unnamed dataset folders were not removed: {e}")
+    try:
+        for operation in collect_operations(args.work_dir or repo.work_dir, args.min_age):
+            print(f"removed the folder of a dead operation: {operation}")
+            removed += 1
+    except OSError as e:
+        skipped.append(f"operation folders were not all removed: {e}")
     print(f"removed {removed} unreferenced objects and folders")
     for line in skipped:
         _stderr(line)
@@ -367,6 +385,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--integrity", action="store_true", help="only re-check hashes, chain rules and objects (no replay)"
     )
+    p.add_argument(
+        "--full",
+        action="store_true",
+        help="check the whole chain, not only the blocks after the last verified head",
+    )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_verify)
     p = groups.add_parser("gc", parents=[repo_arg], help="remove objects no dataset head refers to")
@@ -374,7 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--min-age",
         type=float,
         default=3600.0,
-        help="only remove objects older than this many seconds (protects commits in progress)",
+        help="only remove objects and folders of dead operations older than this many seconds "
+        "(protects commits in progress)",
+    )
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="the scratch space whose dead operation folders to remove (default: the repository's, "
+        "<repository>/cache or under $ODF_WORK_DIR; give an Airflow connection's work_dir extra here)",
     )
     p.set_defaults(func=cmd_gc)
     register_data_commands(groups, repo_arg)

@@ -24,6 +24,7 @@ from airflow_odf.engine.ingest_job import ingest, locate_bad_records
 from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.readers import BAD_RECORD_MARK
 from airflow_odf.engine.session import get_session, request_frames
+from airflow_odf.utils.parent_death import die_with_parent
 
 CONTRACT_VERSION = 1
 _Handler = Callable[[SparkSession, dict[str, Any]], dict[str, Any]]
@@ -79,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.request) != len(args.response):
         parser.error("give one --response per --request")
+    die_with_parent()  # the driver JVM that started this script: killed, it leaves no job behind
     spark = get_session()
     for request_path, response_path in zip(args.request, args.response, strict=True):
         with open(request_path, encoding="utf-8") as f:

@@ -17,7 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_odf.utils.spark_conf import ODF_SPARK_CONF
+from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL, ODF_SPARK_CONF, SPARK_LOG_LEVEL
 
 _REQUEST_FRAMES: ContextVar[list[DataFrame] | None] = ContextVar("odf_request_frames", default=None)
 
@@ -38,7 +38,8 @@ def get_session(master: str | None = None, extra_conf: dict[str, str] | None = N
     for key, value in {**ODF_SPARK_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    # the level the job was given (spark-submit's --conf, the local engine's conf), else WARN
+    spark.sparkContext.setLogLevel(spark.sparkContext.getConf().get(SPARK_LOG_LEVEL, DEFAULT_SPARK_LOG_LEVEL))
     for key, value in runtime_conf().items():  # also on a session spark-submit made
         spark.conf.set(key, value)
     return spark

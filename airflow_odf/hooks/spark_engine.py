@@ -6,7 +6,10 @@ Spark connection, default `spark_default`), streams Spark's output into the task
 job. We add what the engine contract needs: the job script, this package as `--py-files`, and the
 request / response files. A missing Spark connection fails the task clearly — the hook alone would
 silently fall back to YARN. On a `local` master, small jobs start with the fast-start JVM options of
-`airflow_odf.odf.engine_client.fast_start` (off with `[odf] engine_fast_start = False`).
+`airflow_odf.odf.engine_client.fast_start` (off with `[odf] engine_fast_start = False`). Spark logs at
+`[odf] spark_log_level` (default WARN, `spark_logging`). A driver that runs on this machine (client
+deploy mode) dies with the task's process, even when that is killed with SIGKILL (`parent_death`);
+on a cluster, `on_kill` stops the application the Spark provider's way.
 
 A connection of the Spark provider's type `spark_connect` names a long-running Spark Connect server
 (`odf engine serve`); its `SparkConnectHook` gives the `sc://` URL with the token (password), user id
@@ -21,12 +24,15 @@ from typing import Any
 from airflow.exceptions import AirflowNotFoundException
 from airflow.providers.apache.spark.hooks.spark_connect import SparkConnectHook
 from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
-from airflow.sdk import BaseHook
+from airflow.sdk import BaseHook, Connection
 from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_odf.odf.engine_client.fast_start import fast_start_conf
 from airflow_odf.odf.engine_client.runner import EngineRunError, EngineRunner, job_script, package_archive
+from airflow_odf.odf.engine_client.spark_logging import spark_log_level, with_log_level
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.utils.parent_death import parent_death_preexec
 
 SPARK_CONNECT_CONN_TYPE = SparkConnectHook.conn_type
 
@@ -58,31 +64,42 @@ class SparkSubmitEngineRunner:
         self.name = name
         self._hook: SparkSubmitHook | None = None
 
-    def _master(self) -> str:
-        """The connection's master URL, as the Spark hook reads it; fails clearly if it is not defined."""
+    def _connection(self) -> Connection:
+        """The Spark connection, as the Spark hook reads it; fails clearly if it is not defined."""
         try:
-            connection = BaseHook.get_connection(self.conn_id)
+            return BaseHook.get_connection(self.conn_id)
         except AirflowNotFoundException:
             raise AirflowFailException(
                 f"the Spark connection {self.conn_id!r} is not defined: create it (host = the master URL, "
                 "e.g. local[*], spark://host:7077, yarn) or pass spark_conn_id"
             ) from None
+
+    def _job_conf(self, connection: Connection, request_json: str, work_dir: Path) -> dict[str, Any]:
+        """The job's `--conf`: the task's, Spark's log level (`[odf] spark_log_level`, or the task's
+        `spark.log.level`), the fast-start options."""
         host = connection.host or ""
-        return f"{host}:{connection.port}" if connection.port else host
+        master = f"{host}:{connection.port}" if connection.port else host
+        local_driver = connection.extra_dejson.get("deploy-mode") != "cluster"
+        level = airflow_conf.get("odf", "spark_log_level", fallback="")
+        try:
+            conf = with_log_level(self.conf, spark_log_level(level), work_dir, local_driver=local_driver)
+        except OdfError as e:
+            raise AirflowFailException(f"[odf] spark_log_level or spark_conf of the task: {e}") from None
+        return with_fast_start(conf, master, request_json)
 
     def run(self, request_json: str, work_dir: Path) -> str:
-        master = self._master()
+        connection = self._connection()
         request_path, response_path = work_dir / "request.json", work_dir / "response.json"
         request_path.write_text(request_json, encoding="utf-8")
         self._hook = SparkSubmitHook(
-            conf=with_fast_start(self.conf, master, request_json),
+            conf=self._job_conf(connection, request_json, work_dir),
             conn_id=self.conn_id,
             py_files=str(package_archive(work_dir.parent / "py-files")),
             name=self.name,
             application_args=["--request", str(request_path), "--response", str(response_path)],
         )
-        try:
-            self._hook.submit(str(job_script()), cwd=str(work_dir))
+        try:  # a local driver dies with this process, also when it is killed with SIGKILL
+            self._hook.submit(str(job_script()), cwd=str(work_dir), preexec_fn=parent_death_preexec())
         except AirflowException as e:
             if not response_path.exists():
                 raise EngineRunError(f"the Spark job failed before it answered: {e}") from None

@@ -11,6 +11,10 @@ one line per column change) and delivers it through:
 - or a plain callable `(message, context) -> None` (a webhook post, a file, a ticket system).
 
 Other failures are ignored unless `forward_other_failures=True`, which sends a short generic alert.
+
+Airflow runs failure callbacks inside the task log's collapsed "Post Execute" group, so the alert's
+text is not logged here: the failing operator logs it at ERROR in the main section
+(`violation_summary`), right before "Task failed with exception".
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ def _where(context: Mapping[str, Any]) -> str:
     return f"{where}, try {try_number}" if try_number else where
 
 
+def _name(target: Any) -> str:
+    return getattr(target, "__qualname__", None) or type(target).__name__
+
+
 def violation_data(error: OdfSchemaViolationException) -> dict[str, Any]:
     """The violation as JSON-ready data: dataset, message, changes (column, old, new, rule, allowed)."""
     return {
@@ -52,12 +60,22 @@ def violation_data(error: OdfSchemaViolationException) -> dict[str, Any]:
     }
 
 
+def violation_summary(error: OdfSchemaViolationException) -> str:
+    """What broke and every column change with its verdict: the alert without where it ran. The failing
+    task logs it at ERROR in its main log section (`OdfBaseOperator.call`), where the failure is."""
+    return "\n".join(_alert_lines(error, where=None))
+
+
 def schema_violation_alert(error: OdfSchemaViolationException, context: Mapping[str, Any]) -> str:
     """The alert text: what broke, where it ran, and every column change with its verdict."""
+    return "\n".join(_alert_lines(error, where=_where(context)))
+
+
+def _alert_lines(error: OdfSchemaViolationException, where: str | None) -> list[str]:
     denied = [c for c in error.changes if not c.allowed]
     lines = [
         f"ODF schema violation in dataset {error.dataset}",
-        _where(context),
+        *([where] if where else []),
         f"{len(denied)} of {len(error.changes)} change(s) denied by the schema-evolution rules; "
         "nothing was committed (the dataset's head is unchanged) and the task will not retry.",
         "Changes (column: old -> new, rule, verdict):",
@@ -67,7 +85,7 @@ def schema_violation_alert(error: OdfSchemaViolationException, context: Mapping[
         for c in error.changes
     ] or ["  (none: the new schema is identical to the current one)"]
     lines.append(f"Error: {error}")
-    return "\n".join(lines)
+    return lines
 
 
 def failure_alert(error: BaseException | str | None, context: Mapping[str, Any]) -> str:
@@ -108,7 +126,8 @@ class OdfSchemaViolationNotifier(BaseNotifier):
         if found is None:
             return
         message, data = found
-        self.log.info("%s", message)
+        # the alert itself is in the task's main log section, at ERROR (logged where the task failed)
+        self.log.info("sending the alert (%s) to %s", message.splitlines()[0], _name(self.target))
         if isinstance(self.target, BaseNotifier):
             # a copy: rendering templated fields is in place and would freeze the first alert's text
             copy.copy(self.target)(self._target_context(context, message, data))

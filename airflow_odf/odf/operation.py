@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.reconcile import Reconciliation
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
     IngestResponse,
@@ -33,6 +34,7 @@ from airflow_odf.odf.hashing.parquet_hashes import (
     parquet_hashes,
     physical_hash_of_file,
 )
+from airflow_odf.odf.repo.operation_folders import create_claimed
 from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, data_schema_to_arrow, strip_encoding
 from airflow_odf.odf.schema.ddl import parse_ddl_schema
 from airflow_odf.odf.schema.policy import schema_events_for
@@ -49,6 +51,10 @@ class IngestError(OdfError):
 
 @dataclass
 class IngestResult:
+    """What an ingest or transform did. `new_blocks` and `records` are its own commits; `new_head` is
+    the head it left the dataset at, which after a lost race (`reconciliation`) may hold blocks another
+    writer committed meanwhile."""
+
     dataset: str
     dataset_id: str
     prev_head: str | None
@@ -56,14 +62,15 @@ class IngestResult:
     new_blocks: list[str] = field(default_factory=list)
     records: int = 0
     quarantined: int = 0
+    reconciliation: Reconciliation = field(default_factory=Reconciliation)
 
     @property
     def up_to_date(self) -> bool:
         return not self.new_blocks
 
     def as_dict(self) -> dict[str, Any]:
-        """The XCom / `--format json` form."""
-        return {
+        """The XCom / `--format json` form; `reconciled` only when another writer got there first."""
+        plain = {
             "dataset": self.dataset,
             "dataset_id": self.dataset_id,
             "prev_head": self.prev_head,
@@ -72,20 +79,25 @@ class IngestResult:
             "records": self.records,
             "up_to_date": self.up_to_date,
         }
+        if self.reconciliation.lost_races:
+            plain["reconciled"] = self.reconciliation.as_dict()
+        return plain
 
 
 class operation_dir:
-    """A fresh scratch directory for one engine run, removed afterwards whatever happens."""
+    """A fresh scratch directory for one engine run, removed afterwards whatever happens; while it runs,
+    this process holds the folder's owner lock, which tells `odf gc` that it is alive."""
 
     def __init__(self, work_dir: Path) -> None:
         self.path = work_dir / "operations" / uuid.uuid4().hex
 
     def __enter__(self) -> Path:
-        self.path.mkdir(parents=True)
+        self._owner = create_claimed(self.path)
         return self.path
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
+        self._owner.close()
 
 
 def read_schema_text(read: Any, alias: str) -> str | None:
@@ -186,22 +198,27 @@ def _no_nulls(response: IngestResponse, column: str) -> bool:
     return True
 
 
-def committed_with_extra(dataset: Dataset, alias: str, key: str, value: str) -> IngestResult | None:
-    """The result of an earlier commit whose AddData blocks carry `extra[key] == value`, else None.
+def committed_with_extra(
+    dataset: Dataset, alias: str, marker: Mapping[str, Any], *, since: Multihash | None = None
+) -> IngestResult | None:
+    """The result of an earlier commit whose AddData blocks carry `marker` in their `extra`, else None.
 
     A retried task uses this to tell that its first try's commit already landed (walks the chain from
-    the head). The SetDataSchema committed with the first AddData (same commit, same system time) is
-    part of that result, so the retry reports exactly what the first try would have.
+    the head; `since`: only the blocks after that one). The SetDataSchema committed with the first
+    AddData (same commit, same system time) is part of that result, so the retry reports exactly what
+    the first try would have.
     """
+    if not marker:
+        return None
     marked: list[tuple[Multihash, model.MetadataBlock]] = []
-    for h, block in dataset.iter_blocks():
+    for h, block in dataset.iter_blocks(stop=since):
         extra = getattr(block.event, "extra", None) or {}
         schema_of_the_commit = (
             marked
             and isinstance(block.event, model.SetDataSchema)
             and block.system_time == marked[-1][1].system_time
         )
-        if extra.get(key) == value or schema_of_the_commit:
+        if all(extra.get(k) == v for k, v in marker.items()) or schema_of_the_commit:
             marked.append((h, block))
         elif marked:
             break

@@ -2,9 +2,11 @@
 
 Each operator resolves its connections in `execute` (never at parse time), calls one function of the
 core, and returns the core's result dict as XCom: `{dataset, dataset_id, prev_head, new_head,
-new_blocks, records, up_to_date}`. When the task committed blocks, the dataset's asset
-(`odf://<dataset id>`) gets an event carrying `{head, prev_head}` through the operator's `AssetAlias`
-outlet, so DAGs can be scheduled on it; a task that found its dataset up to date emits none.
+new_blocks, records, up_to_date}`, plus `reconciled: {lost_races, heads_found}` when another writer
+(an overlapping run) moved the head first and the core planned again from it. When the task committed
+blocks, the dataset's asset (`odf://<dataset id>`) gets an event carrying `{head, prev_head}` through
+the operator's `AssetAlias` outlet, so DAGs can be scheduled on it; a task that found its dataset up
+to date emits none.
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow.sdk import AssetAlias, BaseOperator, Context
 from airflow.sdk.configuration import conf
 
-from airflow_odf.assets import odf_asset
-from airflow_odf.exceptions import airflow_error
+from airflow_odf.assets import declared_assets, odf_asset
+from airflow_odf.exceptions import OdfSchemaViolationException, airflow_error
 from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.links import OdfDatasetLink
+from airflow_odf.notifications.schema_violation import violation_summary
 from airflow_odf.odf.engine_client.runner import EngineRunner, require_local_spark
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository
@@ -71,8 +74,10 @@ class OdfBaseOperator(BaseOperator):
             raise ValueError(f"engine={engine!r}: expected one of {', '.join(ENGINES)}")
         if not dataset:
             raise ValueError("dataset: the name of an ODF dataset is required")
-        kwargs.setdefault("outlets", [asset_alias(dataset)])
+        declared = [] if "outlets" in kwargs else declared_assets(dataset)  # outlets given: as given
+        kwargs.setdefault("outlets", [asset_alias(dataset), *declared])
         super().__init__(**kwargs)
+        self.declared_assets = declared
         self.dataset = dataset
         self.odf_conn_id = odf_conn_id
         self.spark_conn_id = spark_conn_id
@@ -115,7 +120,16 @@ class OdfBaseOperator(BaseOperator):
         try:
             return fn()
         except OdfError as e:
-            raise airflow_error(self.dataset, e) from None
+            error = airflow_error(self.dataset, e)
+            if isinstance(error, OdfSchemaViolationException):  # in the main log section, not Post Execute
+                self.log.error("%s", violation_summary(error))
+            raise error from None
+
+    def pre_execute(self, context: Any) -> None:
+        """Takes the declared assets (`declared_assets`) out of the outlets for this run: declared, they
+        make the task their producer on the Assets page, but Airflow would emit an event on each at every
+        success; the event goes through the alias instead, once per commit (`report`)."""
+        self.outlets = [o for o in self.outlets if o not in self.declared_assets]
 
     def run_marker(self, context: Context) -> str:
         """Identifies this task's run in the blocks it commits (so that a retry can find them)."""
@@ -139,6 +153,16 @@ class OdfBaseOperator(BaseOperator):
             result.get("dataset"),
             "up to date" if result.get("up_to_date") else result.get("new_head"),
         )
+        reconciled = result.get("reconciled")
+        if reconciled:
+            self.log.info(
+                "%s: another writer moved the head first %d time(s) (to %s); this task planned again "
+                "from it and committed %d block(s) of its own",
+                result.get("dataset"),
+                reconciled["lost_races"],
+                ", ".join(str(h) for h in reconciled["heads_found"]),
+                len(result.get("new_blocks") or []),
+            )
         return result
 
     def on_kill(self) -> None:

@@ -2,7 +2,9 @@
 (`OdfPushIngestOperator`).
 
 Both record the task's run in the AddData blocks they commit (`extra`), so that a retry whose first
-try already committed adds nothing and reports that commit instead.
+try already committed adds nothing and reports that commit instead. An overlapping run that commits
+first does not fail them: the core ingests again from its head (`chain.reconcile`) and the XCom says so
+(`reconciled`).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class _IngestOperator(OdfBaseOperator):
         """On a retry: what an earlier try of this task run already committed (found by the run marker)."""
         if context["ti"].try_number <= 1:
             return None
-        landed = committed_with_extra(dataset, self.dataset, RUN_EXTRA_KEY, self.run_marker(context))
+        landed = committed_with_extra(dataset, self.dataset, {RUN_EXTRA_KEY: self.run_marker(context)})
         if landed is not None:
             self.log.info(
                 "%s: an earlier try of this task already committed %s (%d record(s))",
@@ -145,6 +147,7 @@ def _after(landed: IngestResult, rest: IngestResult) -> IngestResult:
     )
     combined.records = landed.records + rest.records
     combined.quarantined = landed.quarantined + rest.quarantined
+    combined.reconciliation = rest.reconciliation
     return combined
 
 

@@ -2,7 +2,9 @@
 
 Roots and derivatives are added in dependency order; an existing dataset gets only the events that
 changed. A changed query of a derivative is checked against the schema-evolution rules before it is
-committed (docs/transform.md), which needs the engine. Returns one result dict per dataset.
+committed (docs/transform.md), which needs the engine. Returns one result dict per dataset. An
+overlapping run that creates or changes a dataset first does not fail the task: the manifest is
+applied again against what that run left — usually nothing changed (`reconciled` in the result).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ from typing import Any
 
 from airflow.sdk import Context
 
+from airflow_odf.odf.chain.reconcile import Reconciliation, reconciling
+from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import read_manifests
-from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.repo.repository import AddResult, DatasetNotFoundError, Repository
 from airflow_odf.odf.repo.snapshot_order import dependency_order
 from airflow_odf.odf.transform.evolution import check_transform_change
 from airflow_odf.operators.base import OdfBaseOperator
@@ -53,6 +58,19 @@ class OdfApplyManifestOperator(OdfBaseOperator):
             ]
         return dependency_order(found)
 
+    def apply(
+        self, repo: Repository, snapshot: model.DatasetSnapshot, runner: EngineRunner, record: Reconciliation
+    ) -> AddResult:
+        """Adds the snapshot; again, against what the other run left, when another run created or
+        changed the dataset first."""
+        return reconciling(
+            lambda: repo.add(check_transform_change(repo, snapshot, runner, self.work_dir(repo))),
+            what=snapshot.name,
+            head=lambda: _named_head(repo, snapshot.name),
+            record=record,
+            log=self.log.info,
+        )
+
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_odf.hooks.repo import OdfRepoHook
 
@@ -62,28 +80,33 @@ class OdfApplyManifestOperator(OdfBaseOperator):
         runner = self.runner()
         results = []
         for snapshot in self.snapshots():
-
-            def apply(snapshot: model.DatasetSnapshot = snapshot) -> Any:
-                checked = check_transform_change(repo, snapshot, runner, self.work_dir(repo))
-                return repo.add(checked)
-
-            added = self.call(apply)
+            record = Reconciliation()
+            added = self.call(lambda s=snapshot, r=record: self.apply(repo, s, runner, r))
             head = None if added.commit.new_head is None else str(added.commit.new_head)
             prev = None if added.commit.old_head is None else str(added.commit.old_head)
-            results.append(
-                {
-                    "dataset": added.name,
-                    "dataset_id": str(added.dataset_id),
-                    "prev_head": prev,
-                    "new_head": head,
-                    "new_blocks": [str(h) for h in added.commit.new_blocks],
-                    "created": added.created,
-                    "up_to_date": not added.commit.new_blocks,
-                }
-            )
+            result = {
+                "dataset": added.name,
+                "dataset_id": str(added.dataset_id),
+                "prev_head": prev,
+                "new_head": head,
+                "new_blocks": [str(h) for h in added.commit.new_blocks],
+                "created": added.created,
+                "up_to_date": not added.commit.new_blocks,
+            }
+            if record.lost_races:
+                result["reconciled"] = record.as_dict()
+            results.append(result)
             self.log.info(
                 "%s: %s",
                 added.name,
                 "created" if added.created else f"{len(added.commit.new_blocks)} new blocks",
             )
         return results
+
+
+def _named_head(repo: Repository, name: str) -> Multihash | None:
+    """The head of the dataset of that name, if there is one by now (another run may have created it)."""
+    try:
+        return repo.dataset(name).head()
+    except DatasetNotFoundError:
+        return None

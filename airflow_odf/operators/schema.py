@@ -102,12 +102,15 @@ class OdfMigrateSchemaOperator(OdfBaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         repo = self.repository()
         dataset = self.call(lambda: repo.dataset(self.dataset))
-        result = self.call(lambda: migrate_schema(dataset, self.dataset))
+        result = self.call(lambda: migrate_schema(dataset, self.dataset, log=self.log.info))
         self.log.info("%s", result.message)
-        return {
+        out = {
             "dataset": self.dataset,
             "changed": result.changed,
             "message": result.message,
             "schema": schema_yaml(result.schema),
             "new_head": None if result.commit is None else str(result.commit.new_head),
         }
+        if result.reconciliation.lost_races:
+            out["reconciled"] = result.reconciliation.as_dict()
+        return out

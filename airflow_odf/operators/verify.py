@@ -1,8 +1,10 @@
 """`OdfVerifyOperator`: integrity and, for derivatives, reproducibility; fails the task on any mismatch.
 
-The same checks as `odf verify`: block hashes, chain rules, sizes and hashes of every data file and
-checkpoint, then every ExecuteTransform replayed on the engine and compared with its block
-(docs/transform.md). A failure will not go away by retrying: it fails without retries.
+The same checks as `odf verify`: block hashes, chain rules, sizes and hashes of data files and
+checkpoints, then ExecuteTransforms replayed on the engine and compared with their blocks
+(docs/transform.md). By default only what came after the head the last successful verification
+recorded (`airflow_odf/odf/chain/verification.py`), so a run costs the same however long the history;
+`full=True` checks everything. A failure will not go away by retrying: it fails without retries.
 """
 
 from __future__ import annotations
@@ -12,52 +14,65 @@ from typing import Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_odf.odf.chain.integrity import verify_integrity
-from airflow_odf.odf.format import model
-from airflow_odf.odf.transform.verify import verify_reproducibility
+from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.chain.verification import Blocks, verify_dataset
+from airflow_odf.odf.transform.verify import ReproducibilityProblem, verify_reproducibility
 from airflow_odf.operators.base import OdfBaseOperator
 
 
 class OdfVerifyOperator(OdfBaseOperator):
-    """Verifies a dataset; `integrity_only` skips the replay of transforms.
+    """Verifies a dataset; `integrity_only` skips the replay of transforms, `full` ignores the record of
+    the last verification and checks the whole chain.
 
-    Returns `{dataset, dataset_id, head, ok, problems, reproducibility}`.
+    Returns `{dataset, dataset_id, head, ok, problems, reproducibility, full, since, reason,
+    blocks_checked, objects_checked, transforms_replayed, record}`.
     """
 
-    def __init__(self, *, integrity_only: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, integrity_only: bool = False, full: bool = False, **kwargs: Any) -> None:
         kwargs.setdefault("outlets", [])
         super().__init__(**kwargs)
         self.integrity_only = integrity_only
+        self.full = full
 
     def execute(self, context: Context) -> dict[str, Any]:
         repo = self.repository()
         dataset = self.call(lambda: repo.dataset(self.dataset))
-        problems = [str(p) for p in self.call(lambda: verify_integrity(dataset))]
-        state = dataset.state()
-        replay = not problems and not self.integrity_only and state.kind is model.DatasetKind.DERIVATIVE
-        if replay:
-            replayed = self.call(
-                lambda: verify_reproducibility(
-                    repo, self.dataset, self.runner(), self.work_dir(repo), log=self.log.info
-                )
+
+        def replay(since: ChainState, blocks: Blocks) -> list[ReproducibilityProblem]:
+            return verify_reproducibility(
+                repo,
+                self.dataset,
+                self.runner(),
+                self.work_dir(repo),
+                log=self.log.info,
+                since=since,
+                blocks=blocks,
             )
-            problems += [str(p) for p in replayed]
+
+        result = self.call(
+            lambda: verify_dataset(
+                dataset, full=self.full, replay=None if self.integrity_only else replay, engine=self.engine
+            )
+        )
+        problems = [str(p) for p in [*result.problems, *result.not_reproducible]]
         report = {
             "dataset": self.dataset,
-            "dataset_id": str(state.dataset_id),
-            "head": None if state.head is None else str(state.head),
-            "ok": not problems,
+            "dataset_id": str(result.state.dataset_id) if result.state else None,
+            "head": None if result.head is None else str(result.head),
+            "ok": result.ok,
             "problems": problems,
-            "reproducibility": "checked" if replay else "not checked",
+            "reproducibility": "not checked" if result.replayed is None else "checked",
+            "full": result.full,
+            "since": None if result.since is None else str(result.since),
+            "reason": result.reason,
+            "blocks_checked": result.blocks_checked,
+            "objects_checked": result.objects_checked,
+            "transforms_replayed": result.replayed or 0,
+            "record": result.recorded,
         }
         if problems:
             for line in problems:
                 self.log.error("%s: %s", self.dataset, line)
             raise AirflowFailException(f"{self.dataset}: verification failed: {'; '.join(problems)}")
-        self.log.info(
-            "%s: verified (%s blocks, reproducibility %s)",
-            self.dataset,
-            state.num_blocks,
-            report["reproducibility"],
-        )
+        self.log.info("%s: verified %s", self.dataset, result.describe())
         return report

@@ -49,6 +49,8 @@ class OdfHeadChangedSensor(OdfBaseSensor):
     def poke(self, context: Context) -> PokeReturnValue:
         known = self.known()
         reading = self.call(lambda: read_head(self.odf_conn_id, self.dataset))
+        if reading is None:  # a transient failure, logged
+            return PokeReturnValue(False)
         if not head_moved(reading.head, known):
             self.log.info("%s: head is still %s", self.dataset, reading.head or "(no dataset yet)")
             return PokeReturnValue(False)

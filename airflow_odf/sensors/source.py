@@ -21,7 +21,9 @@ class OdfSourceChangedSensor(SourceTrustArguments, OdfBaseSensor):
     """Succeeds when the polling source (SetPollingSource) of `dataset` has new data.
 
     XCom: `{dataset, dataset_id, changed, reason}`. A missing source (HTTP 404, no matching file) is
-    "not yet"; an unreachable one fails the poke (retryable).
+    "not yet"; an unreachable one (network, HTTP 5xx) is logged at WARNING and asked again at the next
+    poke; a permanent error (a template variable that is not set, an unknown dataset, a malformed
+    source) fails the task with the core's message, `soft_fail` or not.
 
     :param dataset: the root dataset's name in the repository of `odf_conn_id` (templated).
     :param source_dir: where relative FilesGlob paths are resolved, as for the ingest task (templated).
@@ -55,6 +57,8 @@ class OdfSourceChangedSensor(SourceTrustArguments, OdfBaseSensor):
                 log=self.log.info,
             )
         )
+        if status is None:  # a transient failure, logged
+            return PokeReturnValue(False)
         self.log.info("%s", status["reason"])
         return PokeReturnValue(status["changed"], xcom_value=status if status["changed"] else None)
 

@@ -1,12 +1,20 @@
-"""What the ODF wait-triggers share: poll a blocking check off the event loop until it reports, fails,
-or an absolute deadline passes.
+"""What the ODF wait-triggers share: poll a blocking check off the event loop until it reports, fails
+for good, or an absolute deadline passes; and what a failed check means (`check_failure`), for the
+sensors as well.
+
+Only "nothing new yet" is a soft outcome. A check that fails is either transient (a network error, an
+HTTP 5xx, a timeout: logged at WARNING with its message, and checked again at the next poll) or
+permanent (a bad template, a missing variable or connection, an unknown dataset, an unreadable
+repository, a malformed source: it ends the wait with the core's message, and the task fails without
+retry). The core's own classification decides (`airflow_odf.exceptions.airflow_error`,
+`FetchError.retryable`).
 
 A deferred sensor hands the triggerer its wait; the check itself (open the repository, read a head,
 ask a source) is blocking I/O, so it runs in `asyncio.to_thread`. Every wait ends with exactly one
-event: the check's own payload, `{"status": "error", "message", "retryable"}` or
-`{"status": "timeout"}`. The deadline is absolute (epoch seconds) so that a triggerer restart does not
-extend it. Keyword arguments are JSON values only: they are stored in the metadata DB and rebuilt in
-another process.
+event: the check's own payload, `{"status": "error", "message"}` (a permanent failure) or
+`{"status": "timeout", "message"}` (naming the last transient failure, if any). The deadline is
+absolute (epoch seconds) so that a triggerer restart does not extend it. Keyword arguments are JSON
+values only: they are stored in the metadata DB and rebuilt in another process.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import asyncio
 import time
 from abc import abstractmethod
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk.exceptions import AirflowFailException
@@ -25,11 +34,25 @@ from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.odf.errors import OdfError
 
 
-def retryable(dataset: str, error: Exception) -> bool:
-    """Whether a retry may help, as the operators decide it (`airflow_odf.exceptions`)."""
-    if not isinstance(error, OdfError):
-        return True  # a missing connection, an I/O error: may be fixed or pass
-    return not isinstance(airflow_error(dataset, error), AirflowFailException)
+@dataclass(frozen=True)
+class CheckFailure:
+    """A check that raised: its message (naming the dataset) and whether checking again may succeed."""
+
+    message: str
+    transient: bool
+
+
+def check_failure(dataset: str, error: Exception) -> CheckFailure:
+    """What a failed check of `dataset` means. ODF errors as the operators map them: retryable ones
+    (unreachable source or remote, HTTP 5xx, S3) are transient, the rest permanent. Other errors are
+    permanent (a missing connection, an unreadable folder), except a refused connection or a timeout."""
+    if isinstance(error, OdfError):
+        transient = not isinstance(airflow_error(dataset, error), AirflowFailException)
+        text = str(error)
+    else:
+        transient = isinstance(error, ConnectionError | TimeoutError)
+        text = f"{type(error).__name__}: {error}"
+    return CheckFailure(text if text.startswith(f"{dataset}:") else f"{dataset}: {text}", transient)
 
 
 class OdfPollingTrigger(BaseTrigger):
@@ -68,19 +91,22 @@ class OdfPollingTrigger(BaseTrigger):
         """One blocking check (runs in a thread): the event payload when done, else None."""
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        last_failure: CheckFailure | None = None
         while True:
             try:
                 found = await asyncio.to_thread(self.check)
-            except Exception as e:  # the task decides what a failure means; the triggerer must not die
-                yield TriggerEvent(
-                    {
-                        "status": "error",
-                        "dataset": self.dataset,
-                        "message": f"{type(e).__name__}: {e}",
-                        "retryable": retryable(self.dataset, e),
-                    }
+                last_failure = None
+            except Exception as e:  # the triggerer must not die: the failure becomes an event or a retry
+                last_failure = check_failure(self.dataset, e)
+                if not last_failure.transient:
+                    yield TriggerEvent(
+                        {"status": "error", "dataset": self.dataset, "message": last_failure.message}
+                    )
+                    return
+                self.log.warning(
+                    "%s (transient: checking again in %s s)", last_failure.message, self.poll_interval
                 )
-                return
+                found = None
             if found is not None:
                 yield TriggerEvent(found)
                 return
@@ -88,6 +114,8 @@ class OdfPollingTrigger(BaseTrigger):
             if left is not None and left <= 0:
                 until = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.end_time))
                 message = f"nothing yet at the deadline {until}"
+                if last_failure is not None:
+                    message += f"; the last check failed: {last_failure.message}"
                 yield TriggerEvent({"status": "timeout", "dataset": self.dataset, "message": message})
                 return
             await asyncio.sleep(self.poll_interval if left is None else min(self.poll_interval, left))

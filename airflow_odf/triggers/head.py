@@ -21,7 +21,7 @@ from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.repo.repository import DatasetNotFoundError
 from airflow_odf.odf.storage.url import open_store
-from airflow_odf.triggers.base import OdfPollingTrigger
+from airflow_odf.triggers.base import OdfPollingTrigger, check_failure
 
 #: Where `OdfHeadEventTrigger` keeps the last head it reported (Airflow 3.3 asset state store).
 WATERMARK_KEY = "odf_head"
@@ -74,7 +74,8 @@ class OdfHeadTrigger(OdfPollingTrigger):
     """Fires once, when the head of `dataset` differs from `known_head` (None: when any head exists).
 
     Events: `{"status": "moved", "dataset", "dataset_id", "head", "prev_head"}`,
-    `{"status": "error", "dataset", "message"}`, `{"status": "timeout", "dataset", "message"}`.
+    `{"status": "error", "dataset", "message"}` (a permanent failure), `{"status": "timeout", "dataset",
+    "message"}`; transient failures are logged and the head read again (`OdfPollingTrigger`).
     """
 
     def __init__(self, *, known_head: str | None = None, **kwargs: Any) -> None:
@@ -99,8 +100,9 @@ class OdfHeadEventTrigger(BaseEventTrigger):
     when it starts. The head is kept once the triggerer took the event: at least once, a move is
     never lost, and is reported twice only if the triggerer dies in between. Each event's payload is
     `{"status": "moved", "dataset", "dataset_id", "head", "prev_head"}`; Airflow stores it on the
-    asset event as `extra["payload"]`. A failing read raises (an error event would start the DAGs):
-    the triggerer logs it and starts the watcher again.
+    asset event as `extra["payload"]`. A read that fails transiently (network, HTTP 5xx) is logged at
+    WARNING and tried again at the next poll; a permanent failure (a missing connection, an unreadable
+    repository) raises with its message (an error event would start the DAGs): the triggerer logs it.
 
     :param dataset: the dataset's name (or `did:odf:` reference) in the repository of `odf_conn_id`.
     :param poll_interval: seconds between two reads of the head.
@@ -134,16 +136,28 @@ class OdfHeadEventTrigger(BaseEventTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         last = await self._load_watermark() or self.known_head
-        if last is None:
-            last = (await asyncio.to_thread(read_head, self.odf_conn_id, self.dataset)).head
-            self.log.info("%s: watching from head %s", self.dataset, last)
+        watching = last is not None
         while True:
-            reading = await asyncio.to_thread(read_head, self.odf_conn_id, self.dataset)
-            if head_moved(reading.head, last):
+            reading = await self._read()
+            if reading is not None and not watching:
+                last, watching = reading.head, True
+                self.log.info("%s: watching from head %s", self.dataset, last)
+            elif reading is not None and head_moved(reading.head, last):
                 yield TriggerEvent(moved_payload(self.dataset, reading, last))
                 last = reading.head
                 await self._save_watermark(last)
             await asyncio.sleep(self.poll_interval)
+
+    async def _read(self) -> HeadReading | None:
+        """The head now, or None after a transient failure (logged at WARNING); a permanent one raises."""
+        try:
+            return await asyncio.to_thread(read_head, self.odf_conn_id, self.dataset)
+        except Exception as e:
+            failure = check_failure(self.dataset, e)
+            if not failure.transient:
+                raise
+            self.log.warning("%s (transient: reading again in %s s)", failure.message, self.poll_interval)
+            return None
 
     async def _load_watermark(self) -> str | None:
         store = getattr(self, "asset_state_store", None)

@@ -53,7 +53,9 @@ class OdfSourceChangedTrigger(OdfPollingTrigger):
     """Fires once, when the polling source of `dataset` has data that was not ingested yet.
 
     Events: `{"status": "changed", "dataset", "dataset_id", "changed", "reason"}`,
-    `{"status": "error", "dataset", "message"}`, `{"status": "timeout", "dataset", "message"}`.
+    `{"status": "error", "dataset", "message"}` (a permanent failure: a missing variable, an unknown
+    dataset, a malformed source), `{"status": "timeout", "dataset", "message"}`; a source that does
+    not answer (network, HTTP 5xx) is logged and asked again (`OdfPollingTrigger`).
 
     :param source_dir: where relative FilesGlob paths are resolved (as the ingest task's `source_dir`).
     :param request_timeout: seconds an HTTP source has to answer.

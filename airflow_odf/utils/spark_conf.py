@@ -17,3 +17,7 @@ ODF_SPARK_CONF: dict[str, str] = {
     "spark.sql.sources.partitionOverwriteMode": "static",
     "spark.sql.legacy.timeParserPolicy": "CORRECTED",
 }
+
+# Spark's own log level for engine jobs: its INFO lines would bury the task's own in the log.
+SPARK_LOG_LEVEL = "spark.log.level"
+DEFAULT_SPARK_LOG_LEVEL = "WARN"

@@ -89,7 +89,7 @@ def check_trades_pipeline(run: Any, root: Path) -> None:
     heads = {ingested["new_head"], transformed["new_head"]}
     events = {e["source_task_id"]: e for e in asset_events("odf://") if e["extra"].get("head") in heads}
     did = str(daily.state().dataset_id).removeprefix("did:odf:")
-    assert events["transform_daily"]["uri"].rstrip("/") == f"odf://{did}"
+    assert events["transform_daily"]["uri"] == f"odf://{did}"
     assert events["transform_daily"]["extra"] == {
         "head": transformed["new_head"],
         "prev_head": transformed["prev_head"],

@@ -49,7 +49,7 @@ def test_report_adds_an_asset_event_only_for_committed_blocks() -> None:
     operator.report({"outlet_events": events}, committed)  # type: ignore[typeddict-item]
     [event] = events[alias].asset_alias_events
     assert event.source_alias_name == "odf:com.example.daily"
-    assert event.dest_asset_key.uri == f"odf://{did.removeprefix('did:odf:')}/"
+    assert event.dest_asset_key.uri == f"odf://{did.removeprefix('did:odf:')}"
     assert event.extra == {"head": committed["new_head"], "prev_head": committed["prev_head"]}
 
 
@@ -101,7 +101,7 @@ def test_a_committing_run_emits_one_event_per_dataset_an_up_to_date_run_none(
     written = {"ingest_trades": "com.example.trades", "transform_daily": "com.example.trades.daily"}
     for task_id, name in written.items():
         did = str(repo.resolve(name))
-        uris[task_id] = f"odf://{did.removeprefix('did:odf:')}/"
+        uris[task_id] = f"odf://{did.removeprefix('did:odf:')}"
         head = str(repo.dataset(name).head())
         links[task_id] = f"http://127.0.0.1:8080/{name}/blocks/{head}?id={did}"
     events = _run_events(first)

@@ -19,6 +19,7 @@ from airflow_odf.odf.repo.repository import Repository
 from tests.airflow.dag_runs import EXAMPLES, load_dag, task_states, xcom
 
 PRODUCER, CONSUMER = "odf_trades_pipeline", "odf_asset_scheduled"
+SENSORS = "com.example.sensors"  # what the watcher example follows: pushed from outside Airflow
 
 
 def sync_examples() -> None:
@@ -116,7 +117,7 @@ def scheduling_references(did: str) -> dict[str, Any]:
     from airflow.models.asset import AssetAliasModel, AssetDagRunQueue, DagScheduleAssetAliasReference
     from airflow.utils.session import create_session
 
-    uri = f"odf://{did.removeprefix('did:odf:').lower()}/"
+    uri = f"odf://{did.removeprefix('did:odf:').lower()}"
     with create_session() as session:
         refs = session.query(DagScheduleAssetAliasReference).filter_by(dag_id=CONSUMER).all()
         alias = session.query(AssetAliasModel).filter_by(name="odf:com.example.trades").one()
@@ -179,12 +180,12 @@ def test_asset_scheduled_dag(odf_repo: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert sorted(rows) == [(1001, 100), (1003, 250)]
 
 
-def trades_dataset(root: Path) -> Repository:
-    """The repository with `com.example.trades` created from its manifest (metadata only, no Spark)."""
+def root_dataset(root: Path, name: str = "com.example.trades") -> Repository:
+    """The repository with the example root `name` created from its manifest (metadata only, no Spark)."""
     from airflow_odf.odf.format.manifests import read_manifests
 
     repo = Repository.init(root)
-    [manifest] = read_manifests(EXAMPLES / "manifests" / "com.example.trades.yaml")
+    [manifest] = read_manifests(EXAMPLES / "manifests" / f"{name}.yaml")
     repo.add(manifest.content)
     return repo
 
@@ -199,13 +200,13 @@ def move_head(repo: Repository, text: str) -> str:
 def test_follower_dag_defers_until_the_head_moves(odf_repo: Path) -> None:
     """`OdfHeadChangedSensor(deferrable=True)` under `dag.test()`: its trigger runs in line; the second
     run waits from the head the first run saw until a commit moves it."""
-    repo = trades_dataset(odf_repo)
+    repo = root_dataset(odf_repo)
     first_head = str(repo.dataset("com.example.trades").head())
     dag = load_dag("odf_asset_scheduled.py", "odf_trades_follower")
     sensor = dag.get_task("wait_for_trades")
     assert sensor.deferrable
     sensor.poke_interval = 0.2  # the example polls every minute
-    skip_spark = "apply_manifest|transform_large_trades"
+    skip_spark = "apply_manifest|transform_notional"
 
     first = dag.test(mark_success_pattern=skip_spark)
     assert task_states(first)["wait_for_trades"] == "success"
@@ -229,11 +230,27 @@ def test_follower_dag_defers_until_the_head_moves(odf_repo: Path) -> None:
     assert xcom(second, "wait_for_trades")["head"] == moved[0]
 
 
-@pytest.mark.usefixtures("airflow_db")
-def test_watcher_dag_runs_on_the_head_event_trigger(odf_repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def push_sensors(repo: Repository, tmp_path: Path) -> str:
+    """Readings pushed into `com.example.sensors` from outside Airflow, as `odf ingest` does; its new head."""
+    from airflow_odf.engine.local_runner import LocalSparkRunner
+    from airflow_odf.odf.ingest.options import IngestOptions
+    from airflow_odf.odf.ingest.push import push_ingest
+
+    files = [EXAMPLES / "data" / "sensors-1.ndjson"]
+    options = IngestOptions(work_dir=tmp_path / "work")
+    pushed = push_ingest(repo.dataset(SENSORS), SENSORS, LocalSparkRunner("local[2]"), files, options)
+    assert pushed.new_head is not None
+    return pushed.new_head
+
+
+@pytest.mark.usefixtures("airflow_db", "spark")
+def test_watcher_dag_runs_on_the_head_event_trigger(
+    odf_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The `AssetWatcher` variant: Airflow stores the watcher's trigger with the asset; run as the
-    triggerer would, its event becomes an asset event (Airflow's `Trigger.submit_event`) that queues
-    the DAG, and the run's transform pins to the event's head."""
+    triggerer would while readings are pushed from outside Airflow, its event becomes an asset event
+    (Airflow's `Trigger.submit_event`) that queues the DAG, and the run's transform, pinned to the
+    event's head, converts exactly those readings (the changelog's `op` passed through)."""
     import asyncio
 
     from airflow.models.asset import AssetModel
@@ -245,25 +262,25 @@ def test_watcher_dag_runs_on_the_head_event_trigger(odf_repo: Path, monkeypatch:
 
     from tests.airflow.test_triggers import first_event
 
-    repo = trades_dataset(odf_repo)
-    did = str(repo.resolve("com.example.trades"))
-    monkeypatch.setenv("ODF_EXAMPLE_TRADES_DID", did)
+    repo = root_dataset(odf_repo, SENSORS)
+    did = str(repo.resolve(SENSORS))
+    monkeypatch.setenv("ODF_EXAMPLE_SENSORS_DID", did)
     sync_examples()
     unpause("odf_asset_watcher")
     sync_examples()  # watchers are registered for assets of unpaused DAGs only
-    uri = f"odf://{did.removeprefix('did:odf:').lower()}/"
+    uri = f"odf://{did.removeprefix('did:odf:').lower()}"
     with create_session() as session:
         asset = session.query(AssetModel).filter_by(uri=uri).one()
         [watcher] = asset.watchers
         stored = watcher.trigger
         trigger_id, classpath = stored.id, stored.classpath
         kwargs = {k: smart_decode_trigger_kwargs(v) for k, v in stored.kwargs.items()}
-    assert (asset.name, watcher.name) == ("com.example.trades", "com_example_trades_head")
+    assert (asset.name, watcher.name) == (SENSORS, "com_example_sensors_head")
     assert classpath == "airflow_odf.triggers.head.OdfHeadEventTrigger" and kwargs["dataset"] == did
 
     trigger = import_string(classpath)(**{**kwargs, "poll_interval": 0.1})
     moved: list[str] = []
-    payload = asyncio.run(first_event(trigger, during=lambda: moved.append(move_head(repo, "published"))))
+    payload = asyncio.run(first_event(trigger, during=lambda: moved.append(push_sensors(repo, tmp_path))))
     assert payload["head"] == moved[0]
     Trigger.submit_event(trigger_id=trigger_id, event=TriggerEvent(payload))
 
@@ -272,5 +289,12 @@ def test_watcher_dag_runs_on_the_head_event_trigger(odf_repo: Path, monkeypatch:
     assert event["uri"] == uri and event["extra"] == {"from_trigger": True, "payload": payload}
     consumer = load_dag("odf_asset_scheduled.py", "odf_asset_watcher")
     ran = run_existing(consumer, run_id, monkeypatch)
-    assert rendered(run_id, "transform_large_trades")["input_heads"] == {"com.example.trades": moved[0]}
-    assert task_states(ran) == {"apply_manifest": "success", "transform_large_trades": "success"}
+    assert rendered(run_id, "transform_fahrenheit")["input_heads"] == {SENSORS: moved[0]}
+    assert task_states(ran) == {"apply_manifest": "success", "transform_fahrenheit": "success"}
+    fahrenheit = repo.dataset("com.example.sensors.fahrenheit")
+    rows = []
+    for data in iter_slices(fahrenheit):
+        table = read_slice(fahrenheit, data)
+        columns = (table[c].to_pylist() for c in ("op", "sensor_id", "fahrenheit"))
+        rows += zip(*columns, strict=True)
+    assert sorted(rows) == [(0, "s1", pytest.approx(70.7)), (0, "s2", pytest.approx(66.2))]  # +A; 21.5, 19 °C

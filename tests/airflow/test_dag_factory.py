@@ -3,6 +3,7 @@ dependencies) and the parse-time errors, each naming the manifest file. No repos
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -204,6 +205,47 @@ def test_gating_puts_a_source_sensor_before_each_ingest(tmp_path: Path) -> None:
     )
     # one source without news must not hold back a transform whose other input has some
     assert dag.get_task("transform_org.ab").trigger_rule == "none_failed_min_one_success"
+
+
+def test_gate_fails_on_a_source_error_despite_its_soft_fail_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate used to end *skipped* (its default `soft_fail=True`) when its source could not even be
+    asked; now only a timeout skips it, and an error fails it with the core's message."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from airflow_odf.odf.format.manifests import read_manifests
+    from airflow_odf.odf.repo.repository import Repository
+
+    folder = tmp_path / "m"
+    source = {
+        "kind": "SetPollingSource",
+        "fetch": {"kind": "Url", "url": "${{ env.ODF_TEST_GATE_URL }}"},
+        "read": {"kind": "Csv", "header": True, "schema": ["symbol STRING", "price DOUBLE"]},
+        "merge": {"kind": "Append"},
+    }
+    manifest = _snapshot(folder, "org.gated", "Root", source, None)
+    repo = Repository.init(tmp_path / "repo")
+    [snapshot] = read_manifests(manifest)
+    repo.add(snapshot.content)  # what apply_manifests does first
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ODF_GATE", json.dumps({"conn_type": "odf_repo", "host": repo.root.as_uri()})
+    )
+    monkeypatch.delenv("ODF_TEST_GATE_URL", raising=False)
+    dag = build_dag(
+        folder,
+        dag_id="gated",
+        odf_conn_id="odf_gate",
+        gate_with_source_sensor=True,
+        # poke mode runs without a task instance; reschedule mode: test_sensor_failures_dag.py
+        sensor_kwargs={"mode": "poke", "poke_interval": 0.05, "timeout": 5},
+    )
+    gate = dag.get_task("source_changed_org.gated")
+    assert gate.soft_fail  # the factory's default
+    with pytest.raises(
+        AirflowFailException, match=r"org\.gated: fetch\.url: environment variable ODF_TEST_GATE_URL"
+    ):
+        gate.execute({})
 
 
 def test_task_ids_from_dataset_names() -> None:

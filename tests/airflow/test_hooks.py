@@ -382,8 +382,14 @@ def test_command_and_on_kill_of_a_running_spark_submit(
     assert args[0] == "spark-submit" and args[args.index("--master") + 1] == "local[1]"
     assert args[args.index("--name") + 1] == "odf-kill"
     assert "spark.ui.enabled=false" in args and "spark.driver.memory=512m" in args
-    # a request with no input on a local master: the client JIT (no class archive made in this cache)
-    assert "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1" in args
+    # a request with no input on a local master: the client JIT (no class archive made in this cache);
+    # Spark's log level, also for the driver JVM's startup (`[odf] spark_log_level`, default WARN)
+    log_config = work / "log4j2.properties"
+    assert (
+        f"spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -Dlog4j2.configurationFile={log_config}"
+        in args
+    )
+    assert "spark.log.level=WARN" in args and "rootLogger.level = WARN" in log_config.read_text()
     archive = Path(args[args.index("--py-files") + 1])
     assert archive.parent == tmp_path / "operations" / "py-files" and archive.suffix == ".zip"
     assert archive.is_file()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from airflow.sdk import BaseNotifier
 from airflow.sdk.exceptions import AirflowException
+from structlog.testing import capture_logs
 
 from airflow_odf.exceptions import OdfSchemaViolationException
 from airflow_odf.notifications.schema_violation import OdfSchemaViolationNotifier
@@ -37,11 +38,15 @@ def _task_instances(run: Any) -> dict[str, Any]:
 
 
 @pytest.mark.usefixtures("airflow_db", "spark")
-def test_schema_violation_dag(odf_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_schema_violation_dag(
+    odf_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     alert_file = tmp_path / "alert.txt"
     monkeypatch.setenv("ODF_EXAMPLE_ALERT_FILE", str(alert_file))
     dag = load_dag("odf_schema_violation.py", "odf_schema_violation")
+    capfd.readouterr()
     run = dag.test()
+    log = capfd.readouterr().out
     assert task_states(run) == {
         "apply_manifests": "success",
         "push_readings": "success",
@@ -62,6 +67,14 @@ def test_schema_violation_dag(odf_repo: Path, tmp_path: Path, monkeypatch: pytes
     assert "  - kwh: Option<Float64> -> -, column-removed, denied" in alert
     assert "  - energy_kwh: - -> Option<Float64>, optional-column-added, allowed" in alert
     assert "nothing was committed" in alert
+
+    # the task's log: the violation at ERROR in the main section, before the failure and before the
+    # collapsed "Post Execute" group in which Airflow runs the notifier
+    start = log.index("ODF schema violation in dataset com.example.meters")
+    assert "[error" in log[:start].rsplit("\n", 1)[-1]  # the level of the line the violation starts
+    failing = log[start:]
+    assert failing.index("Task failed with exception") < failing.index("::group::Post Execute")
+    assert failing.index("::group::Post Execute") < failing.index("sending the alert")
 
 
 class _Collecting(BaseNotifier):
@@ -191,6 +204,32 @@ def test_notifier_delivers_through_the_smtp_notifier(smtp_server: list[str]) -> 
     text = html.get_payload(decode=True).decode()
     assert text.startswith(f"<pre>ODF schema violation in dataset {DATASET}\n")
     assert "  - kwh: Float64 -> -, column-removed, denied" in text
+
+
+def test_the_failing_task_logs_the_violation_at_error_where_it_fails() -> None:
+    """Airflow runs failure callbacks (the notifier) inside the collapsed "Post Execute" group; the
+    violation is logged at ERROR by the task itself, as the core's error turns into the task's failure."""
+    from airflow_odf.odf.schema.evolution import SchemaEvolutionError
+    from airflow_odf.operators.ingest import OdfPushIngestOperator
+
+    changes = [
+        SchemaChange("kwh", "Float64", None, "column-removed", False),
+        SchemaChange("energy_kwh", None, "Option<Float64>", "optional-column-added", True),
+    ]
+
+    def push() -> None:
+        raise SchemaEvolutionError(f"{DATASET}: the pushed data's schema breaks the rules", changes)
+
+    operator = OdfPushIngestOperator(task_id="push_renamed", dataset=DATASET, files=["renamed.csv"])
+    with capture_logs() as logs, pytest.raises(OdfSchemaViolationException):
+        operator.call(push)
+    [logged] = [e for e in logs if e["log_level"] == "error"]
+    assert logged["event"].splitlines()[:2] == [
+        f"ODF schema violation in dataset {DATASET}",
+        "1 of 2 change(s) denied by the schema-evolution rules; nothing was committed (the dataset's head "
+        "is unchanged) and the task will not retry.",
+    ]
+    assert "  - kwh: Float64 -> -, column-removed, denied" in logged["event"]
 
 
 def test_notifier_rejects_a_target_it_cannot_call() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -14,12 +15,12 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import (
-    AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
     TaskDeferred,
 )
+from structlog.testing import capture_logs
 
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import Multihash, base58btc_encode
@@ -46,6 +47,11 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repository
 def head_sensor(**kwargs: Any) -> OdfHeadChangedSensor:
     kwargs.setdefault("poke_interval", 0.05)
     return OdfHeadChangedSensor(task_id="wait_head", dataset=DATASET, odf_conn_id="odf_watch", **kwargs)
+
+
+def warnings(logs: list[dict[str, Any]], containing: str) -> list[str]:
+    """The WARNING lines captured by `structlog.testing.capture_logs` that contain `containing`."""
+    return [e["event"] for e in logs if e["log_level"] == "warning" and containing in e["event"]]
 
 
 def later(seconds: float, fn: Any) -> threading.Thread:
@@ -95,8 +101,10 @@ def test_head_sensor_poke_mode_timeout_and_soft_fail(repo: Repository) -> None:
     known = commit(repo, 0)
     with pytest.raises(AirflowSensorTimeout):
         head_sensor(known_head=known, timeout=0.2).execute(CONTEXT)
-    with pytest.raises(AirflowSkipException):
+    with capture_logs() as logs, pytest.raises(AirflowSkipException):
         head_sensor(known_head=known, timeout=0.2, soft_fail=True).execute(CONTEXT)
+    [skipped] = warnings(logs, "skipped")
+    assert skipped.startswith(f"{DATASET}: skipped: Sensor has timed out")
 
 
 def test_head_sensor_bad_repository_fails_without_retry(
@@ -107,6 +115,30 @@ def test_head_sensor_bad_repository_fails_without_retry(
     )
     with pytest.raises(AirflowFailException, match="not an ODF repository"):
         head_sensor().poke(CONTEXT)
+    # soft_fail skips a timeout, never an error
+    with pytest.raises(AirflowFailException, match=f"{DATASET}: .*not an ODF repository"):
+        head_sensor(soft_fail=True, timeout=5).execute(CONTEXT)
+
+
+def test_head_sensor_missing_connection_and_bad_known_head_fail_despite_soft_fail(repo: Repository) -> None:
+    with pytest.raises(AirflowFailException, match="odf_missing_conn"):
+        OdfHeadChangedSensor(
+            task_id="x", dataset=DATASET, odf_conn_id="odf_missing_conn", soft_fail=True, timeout=5
+        ).execute(CONTEXT)
+    with pytest.raises(AirflowFailException, match="known_head 'f16not-a-hash' is not a block hash"):
+        head_sensor(known_head="f16not-a-hash", soft_fail=True, timeout=5).execute(CONTEXT)
+
+
+def test_never_fail_still_skips_on_an_error_and_logs_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ODF_WATCH", json.dumps({"conn_type": "odf_repo", "host": (tmp_path / "no").as_uri()})
+    )
+    with capture_logs() as logs, pytest.raises(AirflowSkipException):
+        head_sensor(never_fail=True, timeout=5).execute(CONTEXT)
+    [skipped] = warnings(logs, "skipped")
+    assert skipped.startswith(f"{DATASET}: skipped: ") and "not an ODF repository" in skipped
 
 
 def test_sensor_arguments_are_checked_at_parse_time() -> None:
@@ -170,23 +202,25 @@ def test_head_sensor_execute_complete_on_every_event() -> None:
     }
     with pytest.raises(AirflowSensorTimeout, match="deadline"):
         sensor.execute_complete(CONTEXT, {"status": "timeout", "message": "nothing yet at the deadline"})
-    with pytest.raises(AirflowException, match="repository gone") as retried:
-        sensor.execute_complete(CONTEXT, {"status": "error", "message": "repository gone", "retryable": True})
-    assert not isinstance(retried.value, AirflowFailException)
-    with pytest.raises(AirflowFailException, match="not an ODF repository"):
-        sensor.execute_complete(
-            CONTEXT, {"status": "error", "message": "not an ODF repository", "retryable": False}
-        )
-    with pytest.raises(AirflowException, match="bad event"):
+    with pytest.raises(AirflowFailException, match=f"^{DATASET}: not an ODF repository$"):
+        sensor.execute_complete(CONTEXT, {"status": "error", "message": f"{DATASET}: not an ODF repository"})
+    with pytest.raises(AirflowFailException, match="bad event"):
         sensor.execute_complete(CONTEXT, None)
 
 
-def test_head_sensor_soft_fail_skips_on_timeout_and_error_events() -> None:
-    """`resume_execution` is what the task runner calls after a deferral; soft_fail applies there."""
+def test_head_sensor_soft_fail_skips_on_timeout_events_only() -> None:
+    """`resume_execution` is what the task runner calls after a deferral; soft_fail applies there, to
+    timeouts only: an error event fails the task with its message, and every skip says why."""
     sensor = head_sensor(deferrable=True, soft_fail=True)
-    for event in ({"status": "timeout", "message": "late"}, {"status": "error", "message": "broken"}):
-        with pytest.raises(AirflowSkipException):
-            sensor.resume_execution("execute_complete", {"event": event}, CONTEXT)
+    with capture_logs() as logs, pytest.raises(AirflowSkipException):
+        sensor.resume_execution(
+            "execute_complete", {"event": {"status": "timeout", "message": "late"}}, CONTEXT
+        )
+    assert warnings(logs, "skipped") == [f"{DATASET}: skipped: {DATASET}: late"]
+    with pytest.raises(AirflowFailException, match=f"^{DATASET}: broken$"):
+        sensor.resume_execution(
+            "execute_complete", {"event": {"status": "error", "message": "broken"}}, CONTEXT
+        )
 
 
 def test_head_sensor_deferred_timeout_end_to_end(repo: Repository) -> None:
@@ -251,11 +285,19 @@ def test_source_sensor_poke(http: HttpSource, url_dataset: Repository) -> None:
     assert source_sensor().poke(CONTEXT).xcom_value["changed"]
 
 
-def test_source_sensor_unreachable_source_is_retryable(http: HttpSource, url_dataset: Repository) -> None:
+def test_source_sensor_unreachable_source_is_logged_and_asked_again(
+    http: HttpSource, url_dataset: Repository
+) -> None:
     http.put("/prices.csv", b"maintenance", status=503)
-    with pytest.raises(AirflowException) as info:
-        source_sensor().poke(CONTEXT)
-    assert not isinstance(info.value, AirflowFailException) and "503" in str(info.value)
+    with capture_logs() as logs:
+        assert not source_sensor().poke(CONTEXT)  # "not yet", not a failure
+    [warning] = warnings(logs, "503")
+    assert warning.startswith(f"{SOURCE}: ") and "transient" in warning
+    # in poke mode the sensor keeps asking through the outage and passes once the source is back
+    back = later(0.3, lambda: http.put("/prices.csv", b"date,price\n2024-01-01,1\n", ETag='"v1"'))
+    result = source_sensor(timeout=20, soft_fail=True).execute(CONTEXT)
+    back.join()
+    assert result["changed"] and '"v1"' in result["reason"]
 
 
 def test_source_sensor_unknown_dataset_fails(url_dataset: Repository) -> None:
@@ -263,6 +305,37 @@ def test_source_sensor_unknown_dataset_fails(url_dataset: Repository) -> None:
         OdfSourceChangedSensor(task_id="x", dataset="com.example.absent", odf_conn_id="odf_watch").poke(
             CONTEXT
         )
+    with pytest.raises(AirflowFailException, match=r"com\.example\.absent: .*no dataset named"):
+        OdfSourceChangedSensor(
+            task_id="x", dataset="com.example.absent", odf_conn_id="odf_watch", soft_fail=True, timeout=5
+        ).execute(CONTEXT)
+
+
+UNSET = f"{SOURCE}: fetch.url: environment variable ODF_TEST_PRICES_URL is not set"
+
+
+def test_source_sensor_missing_variable_fails_with_the_core_message_in_poke_mode(
+    url_dataset: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's case: with soft_fail the sensor ended *skipped*, saying only "Skipping task."."""
+    monkeypatch.delenv("ODF_TEST_PRICES_URL")
+    with pytest.raises(AirflowFailException, match=re.escape(UNSET)) as failed:
+        source_sensor(soft_fail=True, timeout=5).execute(CONTEXT)
+    assert not isinstance(failed.value, AirflowSkipException)
+
+
+def test_source_sensor_missing_variable_fails_with_the_core_message_when_deferred(
+    url_dataset: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The triggerer checks without the variable: its error event fails the task, soft_fail or not."""
+    monkeypatch.delenv("ODF_TEST_PRICES_URL")
+    sensor = source_sensor(deferrable=True, soft_fail=True, timeout=60)
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute(CONTEXT)
+    event = asyncio.run(first_event(rebuilt(deferred.value.trigger)))
+    assert event["status"] == "error" and event["message"].startswith(UNSET)
+    with pytest.raises(AirflowFailException, match=re.escape(UNSET)):
+        sensor.resume_execution("execute_complete", {"event": event}, CONTEXT)
 
 
 def test_source_sensor_deferred_end_to_end(http: HttpSource, url_dataset: Repository) -> None:
@@ -285,14 +358,31 @@ def test_source_sensor_deferred_end_to_end(http: HttpSource, url_dataset: Reposi
     assert result["dataset_id"] == str(url_dataset.resolve(SOURCE))
 
 
-def test_source_trigger_timeout_and_error(http: HttpSource, url_dataset: Repository) -> None:
+def test_source_trigger_timeout_and_transient_errors(http: HttpSource, url_dataset: Repository) -> None:
     http.put("/prices.csv", b"date,price\n", ETag='"v1"')
     ingested(url_dataset.dataset(SOURCE), etag('"v1"'))
     waiting = OdfSourceChangedTrigger(
         dataset=SOURCE, odf_conn_id="odf_watch", poll_interval=0.05, end_time=time.time() + 0.3
     )
     assert asyncio.run(first_event(waiting))["status"] == "timeout"
+
+    # a 503 is logged and asked again; the wait ends when the source has new data
     http.put("/prices.csv", b"maintenance", status=503)
-    broken = OdfSourceChangedTrigger(dataset=SOURCE, odf_conn_id="odf_watch", poll_interval=0.05)
-    event = asyncio.run(first_event(broken))
-    assert event["status"] == "error" and "503" in event["message"] and event["retryable"]
+    outage = OdfSourceChangedTrigger(dataset=SOURCE, odf_conn_id="odf_watch", poll_interval=0.05)
+
+    def back() -> None:
+        http.put("/prices.csv", b"date,price\n2024-01-01,1\n", ETag='"v2"')
+
+    with capture_logs() as logs:
+        event = asyncio.run(first_event(outage, during=back, after=0.3))
+    assert event["status"] == "changed" and '"v2"' in event["reason"]
+    assert warnings(logs, "503") and all(w.startswith(f"{SOURCE}: ") for w in warnings(logs, "503"))
+
+    # an outage until the deadline: a timeout that names the last failure
+    http.put("/prices.csv", b"maintenance", status=503)
+    late = OdfSourceChangedTrigger(
+        dataset=SOURCE, odf_conn_id="odf_watch", poll_interval=0.05, end_time=time.time() + 0.3
+    )
+    event = asyncio.run(first_event(late))
+    assert event["status"] == "timeout" and "the last check failed" in event["message"]
+    assert "503" in event["message"]

@@ -150,14 +150,41 @@ def test_head_trigger_reports_errors_as_an_event(tmp_path: Path, monkeypatch: py
     )
     payload = asyncio.run(first_event(OdfHeadTrigger(dataset=DATASET, odf_conn_id="odf_watch")))
     assert payload["status"] == "error" and payload["dataset"] == DATASET
-    assert "RepositoryError" in payload["message"] and "not an ODF repository" in payload["message"]
-    assert payload["retryable"] is False  # as the operators decide: a wrong repository stays wrong
+    assert payload["message"].startswith(f"{DATASET}: ") and "not an ODF repository" in payload["message"]
 
 
 def test_head_trigger_unknown_connection_is_an_error_event() -> None:
     payload = asyncio.run(first_event(OdfHeadTrigger(dataset=DATASET, odf_conn_id="odf_missing_conn")))
     assert payload["status"] == "error" and "odf_missing_conn" in payload["message"]
-    assert payload["retryable"] is True  # the connection may be added
+
+
+def test_check_failure_reuses_the_operators_classification(tmp_path: Path) -> None:
+    """Transient: what a retry of the operators would cure (unreachable source or remote, network);
+    permanent: everything else, with the core's message."""
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    from airflow_odf.odf.ingest.fetch.templating import TemplateError
+    from airflow_odf.odf.ingest.fetch.types import SourceNotFoundError, SourceUnreachableError
+    from airflow_odf.odf.repo.repository import DatasetNotFoundError
+    from airflow_odf.odf.storage.http import HttpStoreError
+    from airflow_odf.triggers.base import CheckFailure, check_failure
+
+    unset = TemplateError("fetch.url: environment variable X is not set")
+    assert check_failure("d", unset) == CheckFailure("d: fetch.url: environment variable X is not set", False)
+    assert check_failure("d", SourceUnreachableError("HTTP 503", status=503)) == CheckFailure(
+        "d: HTTP 503", True
+    )
+    assert not check_failure("d", SourceNotFoundError("gone")).transient
+    assert check_failure("d", HttpStoreError("HTTP 502", url="http://x")).transient
+    assert not check_failure("d", DatasetNotFoundError("no dataset named 'd'")).transient
+    with pytest.raises(RepositoryError) as broken:
+        Repository.open(tmp_path)
+    assert not check_failure("d", broken.value).transient
+    assert not check_failure("d", AirflowNotFoundException("The conn_id `c` isn't defined")).transient
+    assert check_failure("d", ConnectionRefusedError("refused")) == CheckFailure(
+        "d: ConnectionRefusedError: refused", True
+    )
+    assert check_failure("d", TimeoutError("timed out")).transient
 
 
 # ------------------------------------------------------------------------------------------------
@@ -285,3 +312,33 @@ def test_event_trigger_error_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     trigger = OdfHeadEventTrigger(dataset=DATASET, odf_conn_id="odf_watch")
     with pytest.raises(RepositoryError, match="not an ODF repository"):
         asyncio.run(first_event(trigger))
+
+
+def test_event_trigger_logs_a_transient_failure_and_keeps_watching(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A network error while reading the head (simulated: the local store cannot have one) is logged at
+    WARNING and the head read again; the move after it is reported once, from the head seen before."""
+    from structlog.testing import capture_logs
+
+    from airflow_odf.triggers import head
+
+    start = commit(repo, 0)
+    failures = iter([ConnectionResetError("connection reset by peer")])
+
+    def flaky(conn_id: str, dataset: str) -> head.HeadReading:
+        failure = next(failures, None)
+        if failure is not None:
+            raise failure
+        return read_head(conn_id, dataset)
+
+    read_head = head.read_head
+    monkeypatch.setattr(head, "read_head", flaky)
+    trigger = OdfHeadEventTrigger(
+        dataset=DATASET, odf_conn_id="odf_watch", poll_interval=POLL, known_head=start
+    )
+    with capture_logs() as logs:
+        payload = asyncio.run(first_event(trigger, during=lambda: commit(repo, 1), after=0.3))
+    assert payload["prev_head"] == start and payload["head"] == str(repo.dataset(DATASET).head())
+    [warning] = [e["event"] for e in logs if e["log_level"] == "warning"]
+    assert warning.startswith(f"{DATASET}: ConnectionResetError: connection reset by peer")

@@ -24,7 +24,6 @@ from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.repo.repository import Repository
-from airflow_odf.odf.storage.store import ConflictError
 from airflow_odf.odf.transform.execute import TransformOptions, run_transform
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
@@ -119,13 +118,24 @@ class WriterDuringBatch:
         return self.runner.run(request_json, work_dir)
 
 
-def test_a_head_moved_during_a_batch_fails_that_batch_commit(
+def test_a_head_moved_during_a_batch_is_planned_again_from_the_new_head(
     repo: Repository, runner: LocalSparkRunner, tmp_path: Path
 ) -> None:
+    """The second batch's commit loses the race to the other writer: the transform plans the rest again
+    from the new head (chain.reconcile) instead of failing; nothing is processed twice."""
     options = TransformOptions(work_dir=tmp_path / "work", max_input_records=2)
-    with pytest.raises(ConflictError):
-        run_transform(repo, DERIVATIVE, WriterDuringBatch(runner, repo, 2), options, system_time=at(9))
-    events = [type(b.event) for _, b in repo.dataset(DERIVATIVE).iter_blocks()]
-    # newest first: the other writer's block on top of the first batch; the second batch left nothing
-    assert events[:3] == [model.SetInfo, model.ExecuteTransform, model.SetDataSchema]
-    assert events.count(model.ExecuteTransform) == 1
+    result = run_transform(repo, DERIVATIVE, WriterDuringBatch(runner, repo, 2), options, system_time=at(9))
+    derived = repo.dataset(DERIVATIVE)
+    events = [type(b.event) for _, b in derived.iter_blocks()]
+    # newest first: the rest of the batches on top of the other writer's block, on top of the first batch
+    assert events[:6] == [model.ExecuteTransform] * 3 + [
+        model.SetInfo,
+        model.ExecuteTransform,
+        model.SetDataSchema,
+    ]
+    assert result.records == 8 and len(result.new_blocks) == 5  # SetDataSchema + 4 ExecuteTransforms
+    assert result.reconciliation.heads_found == [
+        str(h) for h, b in derived.iter_blocks() if b.event == model.SetInfo(description="meanwhile")
+    ]
+    table = tail(derived, 100)
+    assert table is not None and sorted(table.column("id").to_pylist()) == list(range(2, 10))

@@ -51,7 +51,9 @@ def test_warm_up_makes_the_archive_the_next_job_loads_its_classes_from(
         dataset, "census", runner, [data], options, system_time=Timestamp.parse("2024-01-01T00:00:00Z")
     )
     [command] = [line for line in lines if line.startswith("spark-submit: ")]
-    assert f"spark.driver.extraJavaOptions=-XX:SharedArchiveFile={archive} {CLIENT_JIT_ONLY} -Xlog" in command
+    # ours first (fast start, Spark's log level), the user's last: they win
+    ours = f"-XX:SharedArchiveFile={archive} {CLIENT_JIT_ONLY} -Dlog4j2.configurationFile="
+    assert re.search(rf"spark.driver.extraJavaOptions={re.escape(ours)}\S+ -Xlog", command)
     sources = re.findall(r"source: (.+)$", class_log.read_text(), flags=re.MULTILINE)
     from_archive = sum(s == "shared objects file (top)" for s in sources)
     assert from_archive > 0.5 * len(sources), f"{from_archive} of {len(sources)} classes from the archive"

@@ -459,7 +459,8 @@ def test_reset_moves_the_head_back(repo: Path) -> None:
 def test_verify_then_tamper(repo: Path) -> None:
     name = "com.github.kamu-data.stargazers"
     out = ok("verify", name, "--integrity", repo=repo)
-    assert out.startswith(f"{name}: ok")
+    assert out.startswith(f"{name}: ok") and "from the Seed (no earlier verification recorded)" in out
+    entries = log_json(repo, name)
     report = json.loads(ok("verify", name, "--integrity", "--format", "json", repo=repo))
     assert report == {
         "dataset": name,
@@ -467,24 +468,35 @@ def test_verify_then_tamper(repo: Path) -> None:
         "problems": [],
         "reproducibility": "not checked",
         "not_reproducible": [],
+        "head": entries[0]["hash"],
+        "full": False,
+        "since": entries[0]["hash"],  # verified by the first run: nothing new to check
+        "reason": None,
+        "blocks_checked": 0,
+        "objects_checked": 0,
+        "transforms_replayed": 0,
+        "record": f"info/verification at {entries[0]['hash']}",
     }
-    entries = log_json(repo, name)
     victim = entries[2]["hash"]
     row = list_json(repo)[name]
     path = dataset_dir(repo, row["id"]) / "blocks" / victim
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0x04
     path.write_bytes(bytes(data))
-    proc = odf("verify", name, "--integrity", "--format", "json", repo=repo)
+    # a block verified earlier is not looked at again, unless --full
+    assert ok("verify", name, "--integrity", repo=repo).startswith(f"{name}: ok (")
+    proc = odf("verify", name, "--integrity", "--full", "--format", "json", repo=repo)
     assert proc.returncode == 4
     report = json.loads(proc.stdout)
-    assert report["ok"] is False
+    assert (
+        report["ok"] is False and report["full"] is True and report["reason"] == "full verification asked for"
+    )
     assert {"kind": "block", "ref": victim} in [
         {"kind": p["kind"], "ref": p["ref"]} for p in report["problems"]
     ]
-    text = odf("verify", name, "--integrity", repo=repo)
+    text = odf("verify", name, "--integrity", "--full", repo=repo)
     assert text.returncode == 4 and f"block {victim}" in text.stdout
-    assert odf("verify", name, repo=repo).returncode == 4  # the full verification starts with integrity
+    assert odf("verify", name, "--full", repo=repo).returncode == 4  # the replay starts with integrity
     # the other datasets are unaffected
     assert odf("verify", "player-scores", "--integrity", repo=repo).returncode == 0
 

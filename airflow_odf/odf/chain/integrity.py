@@ -3,7 +3,9 @@
 Verification trusts nothing stored: every block is re-hashed and decoded, the chain rules are
 re-checked from the Seed, every data file and checkpoint is checked for size and physical hash, and
 the summary is compared with the state folded from the chain. Each problem names the block or object
-it concerns. Collection deletes nothing of a dataset whose chain cannot be followed from its head.
+it concerns. A check may start after a head verified earlier (`chain/verification.py`): then only the
+newer blocks and their objects are checked. Collection deletes nothing of a dataset whose chain cannot
+be followed from its head.
 """
 
 from __future__ import annotations
@@ -68,14 +70,26 @@ def _check_object(
     return []
 
 
-def _walk(dataset: Dataset) -> tuple[list[tuple[Multihash, model.MetadataBlock]], list[IntegrityProblem]]:
-    """The chain from head to Seed, re-hashing every block; stops where the chain cannot be followed."""
+def _walk(
+    dataset: Dataset, since: ChainState | None = None
+) -> tuple[Multihash | None, list[tuple[Multihash, model.MetadataBlock]], list[IntegrityProblem], bool]:
+    """`(head, chain, problems, reached)`: the chain from the head back to `since.head` (exclusive) or the
+    Seed, oldest first, re-hashing every block; it stops where the chain cannot be followed. With
+    `since`, it walks no further than the sequence numbers between it and the head; `reached` says
+    whether `since.head` was found there (it is an ancestor of the head)."""
     try:
-        h: Multihash | None = dataset.existing_head()
+        head = h = dataset.existing_head()
     except OdfError as e:
-        return [], [IntegrityProblem("head", HEAD_REF, str(e))]
+        return None, [], [IntegrityProblem("head", HEAD_REF, str(e))], False
     chain, problems, seen = [], [], set()
+    reached = since is None
     while h is not None and h not in seen:  # a tampered block may name itself as the previous one
+        if since is not None:
+            if h == since.head:
+                reached = True
+                break
+            if chain and len(chain) >= chain[0][1].sequence_number - since.sequence_number:
+                break  # past the verified head's sequence number without meeting it
         seen.add(h)
         try:
             raw = dataset.store.get_or_none(block_key(h))
@@ -95,14 +109,44 @@ def _walk(dataset: Dataset) -> tuple[list[tuple[Multihash, model.MetadataBlock]]
         chain.append((h, block))
         h = block.prev_block_hash
     chain.reverse()
-    return chain, problems
+    return head, chain, problems, reached
+
+
+@dataclass(frozen=True)
+class IntegrityCheck:
+    """What `check_integrity` looked at and found: the blocks after `since` (None: from the Seed) up to
+    `head`, oldest first; `base_state` the dataset at `since`, `state` at `head` (meaningful only
+    without problems); `objects_checked` the data files and checkpoints re-hashed."""
+
+    head: Multihash | None
+    since: Multihash | None
+    base_state: ChainState
+    blocks: list[tuple[Multihash, model.MetadataBlock]]
+    state: ChainState
+    objects_checked: int
+    problems: list[IntegrityProblem]
 
 
 def verify_integrity(dataset: Dataset) -> list[IntegrityProblem]:
-    """Every problem found; an empty list means the dataset is intact."""
-    chain, problems = _walk(dataset)
+    """Every problem found in the whole dataset; an empty list means the dataset is intact."""
+    return check_integrity(dataset).problems
+
+
+def check_integrity(dataset: Dataset, since: ChainState | None = None) -> IntegrityCheck:
+    """Checks the blocks after `since` (a state verified earlier) and their objects, or the whole dataset.
+
+    The chain rules are applied from `since` on, so they hold from the Seed as long as the chain up to
+    `since.head` is unchanged. When `since.head` is no longer an ancestor of the head (a reset, a
+    compaction, a diverged pull), the whole dataset is checked and `since` of the result is None.
+    """
+    head, chain, problems, reached = _walk(dataset, since)
+    if since is not None and not reached and not problems:
+        return check_integrity(dataset)
+    base = since if since is not None else ChainState()
     summary = None if problems else dataset.recorded_summary()
-    state = ChainState()
+    state = base
+    if summary is not None and since is not None and summary.head == since.head:
+        problems += _compare_summary(dataset, summary, state)
     for h, block in chain:
         try:
             state = apply_block(state, block, h)
@@ -111,17 +155,20 @@ def verify_integrity(dataset: Dataset) -> list[IntegrityProblem]:
             break
         if summary is not None and summary.head == h:
             problems += _compare_summary(dataset, summary, state)
+    objects = 0
     for h, block in chain:
         event = block.event
         if isinstance(event, (model.AddData, model.ExecuteTransform)):
             if event.new_data is not None:
+                objects += 1
                 problems += _check_object(
                     dataset, "data", event.new_data.physical_hash, event.new_data.size, h
                 )
             if event.new_checkpoint is not None:
+                objects += 1
                 cp = event.new_checkpoint
                 problems += _check_object(dataset, "checkpoint", cp.physical_hash, cp.size, h)
-    return problems
+    return IntegrityCheck(head, None if since is None else since.head, base, chain, state, objects, problems)
 
 
 def _compare_summary(dataset: Dataset, summary: ChainState, state: ChainState) -> list[IntegrityProblem]:

@@ -151,9 +151,14 @@ def fast_start_conf(
     size = None if request_json is None else request_input_bytes(request_json)
     if size is not None and size <= SMALL_INPUT_BYTES:
         options.append(CLIENT_JIT_ONLY)
+    return with_driver_java_options(conf, options)
+
+
+def with_driver_java_options(conf: Mapping[str, Any], options: list[str]) -> dict[str, Any]:
+    """`conf` with `options` before the driver Java options it has (else those of spark-defaults.conf,
+    which a `--conf` value would replace: Spark would have used them), so that the user's flags win."""
     if not options:
         return dict(conf)
-    # a --conf value replaces the one of spark-defaults.conf: keep that one, as Spark would have used it
     own = str(conf.get(DRIVER_JAVA_OPTIONS) or spark_default(DRIVER_JAVA_OPTIONS) or "")
     return {**conf, DRIVER_JAVA_OPTIONS: " ".join([*options, *([own] if own else [])])}
 

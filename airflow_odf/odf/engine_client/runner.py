@@ -19,7 +19,10 @@ from typing import Protocol
 
 import airflow_odf
 from airflow_odf.odf.engine_client.fast_start import fast_start_conf, local_spark_problem
+from airflow_odf.odf.engine_client.spark_logging import with_log_level
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.utils.parent_death import parent_death_preexec
+from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL
 
 _log = logging.getLogger(__name__)
 PACKAGE_DIR = Path(airflow_odf.__file__).resolve().parent
@@ -68,7 +71,7 @@ class SparkSubmitRunner:
 
     With `fast_start` (default), small jobs on a local master start their JVM with the options of
     the `fast_start` module (class archive, client JIT), which change how fast the job starts, not what
-    it does."""
+    it does. Spark logs at WARN unless `conf` sets `spark.log.level`."""
 
     def __init__(
         self,
@@ -102,9 +105,9 @@ class SparkSubmitRunner:
     def run(self, request_json: str, work_dir: Path) -> str:
         request_path, response_path = work_dir / "request.json", work_dir / "response.json"
         request_path.write_text(request_json, encoding="utf-8")
-        conf = self.conf
+        conf = with_log_level(self.conf, DEFAULT_SPARK_LOG_LEVEL, work_dir, local_driver=True)
         if self.fast_start:
-            conf = fast_start_conf(self.conf, self.master, request_json)
+            conf = fast_start_conf(conf, self.master, request_json)
         self.submit([(request_path, response_path)], work_dir, conf)
         return response_path.read_text(encoding="utf-8")
 
@@ -114,8 +117,14 @@ class SparkSubmitRunner:
         self.log("spark-submit: " + " ".join(cmd))
         env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
         try:
-            proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=work_dir
+            proc = subprocess.Popen(  # the job dies with this process, even one killed with SIGKILL
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                cwd=work_dir,
+                preexec_fn=parent_death_preexec(),
             )
         except FileNotFoundError:
             raise EngineRunError(

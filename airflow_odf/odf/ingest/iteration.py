@@ -155,14 +155,15 @@ def run_and_commit(
             raise IngestError(response.error.kind, f"{alias}: {response.error.message}")
         if response.num_quarantined:
             options.log(f"{alias}: {response.num_quarantined} bad record(s) quarantined in the operation")
-            result.quarantined += response.num_quarantined
     events, objects = _events(state, response, new_source_state, options, alias, dataset.on_local_disk)
     if not events:
+        result.quarantined += response.num_quarantined
         return state
     commit = dataset.commit(events, system_time=system_time, expected_head=state.head, objects=objects)
     result.new_head = str(commit.new_head)
     result.new_blocks += [str(h) for h in commit.new_blocks]
     result.records += response.num_records
+    result.quarantined += response.num_quarantined  # counted once the commit landed (a lost race retries)
     options.log(f"{alias}: committed {len(commit.new_blocks)} block(s), {response.num_records} record(s)")
     return commit.state
 

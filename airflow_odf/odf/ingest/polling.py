@@ -1,19 +1,28 @@
 """Polling ingest: fetch and prepare from the dataset's polling source, then one iteration per batch
-until the source has no more."""
+until the source has no more.
+
+An iteration that loses the race for the head to another writer (an overlapping run) fetches again
+from the source state the winner recorded: what the winner ingested is not ingested twice, and when it
+took everything the pull ends up to date at the winner's head (`chain.reconcile`).
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.reconcile import reconciling_from
+from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import InputFile
 from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.format import model
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
 from airflow_odf.odf.ingest.iteration import Run, new_result, root_state, run_and_commit
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.prepare import prepare
-from airflow_odf.odf.ingest.sources import Source
+from airflow_odf.odf.ingest.sources import POLLING_SOURCE_NAME, Source
 from airflow_odf.odf.operation import IngestError, IngestResult, operation_dir
 
 
@@ -27,53 +36,102 @@ def pull_polling(
 ) -> IngestResult:
     """Ingests from the dataset's polling source until it has no more (one AddData group per iteration)."""
     state = root_state(dataset, alias)
+    _polling_source(state, alias)
+    result = new_result(alias, state)
+    poller = _Poller(Run(dataset, runner, options, result), system_time, state)
+    iteration = 0
+    more = True
+    while more and (options.max_iterations is None or iteration < options.max_iterations):
+        iteration += 1
+        state, more = reconciling_from(
+            dataset, state, poller.iteration, what=alias, record=result.reconciliation, log=options.log
+        )
+    result.new_head = None if state.head is None else str(state.head)
+    return result
+
+
+def _polling_source(state: ChainState, alias: str) -> model.SetPollingSource:
     if state.polling_source is None:
         raise IngestError("no-source", f"{alias} has no active polling source (SetPollingSource)")
-    source = state.polling_source
-    result = new_result(alias, state)
-    cache_dir = options.work_dir / "fetch" / str(state.dataset_id).removeprefix("did:odf:")
-    fetcher = SourceFetcher(
-        source.fetch,
-        FetchOptions(
-            cache_dir=cache_dir,
-            has_previous_data=state.last_offset is not None,
-            fetch_uncacheable=options.fetch_uncacheable,
-            files_per_batch=options.files_per_batch,
-            base_dir=options.source_dir,
-            trust=options.trust,
-            log=options.log,
-        ),
-    )
-    run = Run(dataset, runner, options, result)
-    allow_shell = options.trust.allow_shell_steps
-    iteration = 0
-    while options.max_iterations is None or iteration < options.max_iterations:
-        iteration += 1
-        now = system_time or Timestamp.now()
-        prev_source_state = state.source_states.get("default")
-        fetched = fetcher.fetch(prev_source_state, now)
+    return state.polling_source
+
+
+class _Poller:
+    """The iterations of one pull. The fetcher (and its FilesGlob listing) is made once; again only
+    when the source changed, or when another writer ingested the dataset's first data meanwhile
+    (whether the dataset has data decides how an uncacheable source is treated)."""
+
+    def __init__(self, run: Run, system_time: Timestamp | None, state: ChainState) -> None:
+        self.run = run
+        self.system_time = system_time
+        self.has_previous_data = state.last_offset is not None
+        self.last_head = state.head  # where this pull's own iterations left the dataset
+        self._fetcher: SourceFetcher | None = None
+        self._fetcher_for: tuple[model.SetPollingSource, bool] | None = None
+
+    def fetcher(self, state: ChainState) -> SourceFetcher:
+        if state.head != self.last_head:  # another writer's head: its data counts as previous data
+            self.has_previous_data = self.has_previous_data or state.last_offset is not None
+        source = _polling_source(state, self.run.result.dataset)
+        key = (source, self.has_previous_data)
+        if self._fetcher is None or self._fetcher_for != key:
+            options = self.run.options
+            self._fetcher = SourceFetcher(
+                source.fetch,
+                FetchOptions(
+                    cache_dir=self.cache_dir(state),
+                    has_previous_data=self.has_previous_data,
+                    fetch_uncacheable=options.fetch_uncacheable,
+                    files_per_batch=options.files_per_batch,
+                    base_dir=options.source_dir,
+                    trust=options.trust,
+                    log=options.log,
+                ),
+            )
+            self._fetcher_for = key
+        return self._fetcher
+
+    def cache_dir(self, state: ChainState) -> Path:
+        """Where downloads of this dataset's source go (removed once ingested)."""
+        return self.run.options.work_dir / "fetch" / str(state.dataset_id).removeprefix("did:odf:")
+
+    def iteration(self, state: ChainState) -> tuple[ChainState, bool]:
+        """Fetches what is new since `state`'s source state, ingests and commits it onto `state`'s head;
+        the state committed and whether the source has more."""
+        options = self.run.options
+        alias = self.run.result.dataset
+        source = _polling_source(state, alias)
+        fetcher = self.fetcher(state)
+        now = self.system_time or Timestamp.now()
+        fetched = fetcher.fetch(state.source_states.get(POLLING_SOURCE_NAME), now)
         if fetched.up_to_date and options.set_watermark is None:
             if fetched.uncacheable:
                 options.log(f"{alias}: source is uncacheable and was ingested before; use fetch_uncacheable")
-            break
+            return state, False
+        cache_dir = self.cache_dir(state)
         try:
             with operation_dir(options.work_dir) as op_dir:
                 inputs = [
                     InputFile(
                         # absolute: the engine's working directory is not ours (a session started elsewhere)
                         os.path.abspath(
-                            prepare(source.prepare or [], f.path, op_dir, allow_shell=allow_shell)
+                            prepare(
+                                source.prepare or [],
+                                f.path,
+                                op_dir,
+                                allow_shell=options.trust.allow_shell_steps,
+                            )
                         ),
                         (f.source_event_time or now).isoformat(),
                     )
                     for f in fetched.files
                 ]
-                src = Source.polling(source)
-                state = run_and_commit(run, state, src, inputs, fetched.new_source_state, now, op_dir)
+                state = run_and_commit(
+                    self.run, state, Source.polling(source), inputs, fetched.new_source_state, now, op_dir
+                )
+                self.last_head = state.head
         finally:
             for f in fetched.files:  # downloads, not the user's own files (file://, FilesGlob)
                 if f.path.is_relative_to(cache_dir):
                     f.path.unlink(missing_ok=True)
-        if not fetched.has_more:
-            break
-    return result
+        return state, fetched.has_more

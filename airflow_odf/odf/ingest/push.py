@@ -8,13 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.reconcile import reconciling_from
+from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import InputFile
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.iteration import Run, new_result, root_state, run_and_commit
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.sources import push_source
-from airflow_odf.odf.operation import IngestError, IngestResult, operation_dir
+from airflow_odf.odf.operation import IngestError, IngestResult, committed_with_extra, operation_dir
 
 
 def push_ingest(
@@ -28,17 +30,39 @@ def push_ingest(
     event_time: Timestamp | None = None,
     system_time: Timestamp | None = None,
 ) -> IngestResult:
-    """Ingests the given files through one of the dataset's push sources (AddPushSource)."""
+    """Ingests the given files through one of the dataset's push sources (AddPushSource).
+
+    When another writer moves the head first, the files are ingested again onto its head (pushing the
+    same file twice is two pieces of data) — unless the winner's blocks carry this push's `extra`
+    (`options.extra`, e.g. the Airflow task run): then the winner was an earlier try of the same push,
+    and its commit is the result.
+    """
     state = root_state(dataset, alias)
-    source = push_source(state, alias, source_name)
+    push_source(state, alias, source_name)
     result = new_result(alias, state)
     now = system_time or Timestamp.now()
     for path in files:
         if not Path(path).is_file():
             raise IngestError("bad-input", f"{path}: no such file to ingest")
-    with operation_dir(options.work_dir) as op_dir:
-        inputs = [InputFile(os.path.abspath(p), (event_time or now).isoformat()) for p in files]
-        run_and_commit(Run(dataset, runner, options, result), state, source, inputs, None, now, op_dir)
+    run = Run(dataset, runner, options, result)
+    started_at = state.head
+
+    def attempt(current: ChainState) -> ChainState:
+        if current.head != started_at:
+            landed = committed_with_extra(dataset, alias, options.extra or {}, since=started_at)
+            if landed is not None:
+                options.log(f"{alias}: an earlier try of this push committed it ({landed.new_head})")
+                result.new_blocks, result.records = landed.new_blocks, landed.records
+                return current
+        with operation_dir(options.work_dir) as op_dir:
+            inputs = [InputFile(os.path.abspath(p), (event_time or now).isoformat()) for p in files]
+            source = push_source(current, alias, source_name)
+            return run_and_commit(run, current, source, inputs, None, now, op_dir)
+
+    final = reconciling_from(
+        dataset, state, attempt, what=alias, record=result.reconciliation, log=options.log
+    )
+    result.new_head = None if final.head is None else str(final.head)
     return result
 
 

@@ -11,14 +11,21 @@ An explicit change (`apply_schema`: column descriptions, a new optional column, 
 appended only when the evolution rules allow it; a denial raises `SchemaEvolutionError` with the whole
 diff and commits nothing. `check_proposed` gives that diff without committing (`odf schema diff`).
 Proposals may leave out the system columns: those of the current schema are kept, first.
+
+Both are decided against the head they commit onto: when another writer moves it first, they decide
+again from the new head (`chain.reconcile`) — a migration or change the other writer already made is
+then "nothing to append".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from airflow_odf.odf.chain.dataset import CommitResult, Dataset
+from airflow_odf.odf.chain.reconcile import Reconciliation, reconciling_from
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import Vocab
 from airflow_odf.odf.errors import OdfError, OdfFormatError
@@ -34,6 +41,8 @@ from airflow_odf.odf.schema.evolution import (
     odf_schema,
 )
 
+_log = logging.getLogger(__name__)
+
 
 class SchemaMigrationError(OdfError):
     """The schema cannot be migrated or changed as asked (no schema yet, unreadable legacy schema)."""
@@ -41,7 +50,8 @@ class SchemaMigrationError(OdfError):
 
 @dataclass(frozen=True)
 class SchemaChangeResult:
-    """What a migration or change did: `changed` is False when there was nothing to append."""
+    """What a migration or change did: `changed` is False when there was nothing to append;
+    `reconciliation`: the races lost to other writers on the way."""
 
     dataset: str
     changed: bool
@@ -49,6 +59,7 @@ class SchemaChangeResult:
     schema: model.DataSchema
     changes: list[SchemaChange] = field(default_factory=list)
     commit: CommitResult | None = None
+    reconciliation: Reconciliation = field(default_factory=Reconciliation)
 
 
 def dataset_name(dataset: Dataset) -> str:
@@ -80,11 +91,20 @@ def current_schema(state: ChainState, name: str) -> model.DataSchema:
 
 
 def migrate_schema(
-    dataset: Dataset, name: str | None = None, *, system_time: Timestamp | None = None
+    dataset: Dataset,
+    name: str | None = None,
+    *,
+    system_time: Timestamp | None = None,
+    log: Callable[[str], None] = _log.info,
 ) -> SchemaChangeResult:
     """Appends the ODF-form SetDataSchema equivalent to a legacy raw Arrow one; idempotent."""
     name = name or dataset_name(dataset)
-    state = dataset.state()
+    return _reconciled(dataset, name, log, lambda state: _migrate(dataset, state, name, system_time))
+
+
+def _migrate(
+    dataset: Dataset, state: ChainState, name: str, system_time: Timestamp | None
+) -> SchemaChangeResult:
     schema = current_schema(state, name)
     assert state.schema is not None
     if not is_legacy(state.schema):
@@ -94,6 +114,18 @@ def migrate_schema(
     commit = dataset.commit([event], system_time=system_time, expected_head=state.head)
     message = f"{name}: the legacy rawArrowSchema was migrated to ODF form (block {commit.new_head})"
     return SchemaChangeResult(name, True, message, schema, changes, commit)
+
+
+def _reconciled(
+    dataset: Dataset,
+    name: str,
+    log: Callable[[str], None],
+    attempt: Callable[[ChainState], SchemaChangeResult],
+) -> SchemaChangeResult:
+    """`attempt(state)`, decided again from the new head after each race lost to another writer."""
+    record = Reconciliation()
+    result = reconciling_from(dataset, dataset.state(), attempt, what=name, record=record, log=log)
+    return dataclasses.replace(result, reconciliation=record)
 
 
 def complete_system_columns(
@@ -135,12 +167,22 @@ def apply_schema(
     name: str | None = None,
     *,
     system_time: Timestamp | None = None,
+    log: Callable[[str], None] = _log.info,
 ) -> SchemaChangeResult:
     """Appends `proposed` as a new SetDataSchema if the evolution rules allow it (else
     SchemaEvolutionError with the diff, nothing committed). A dataset without a schema takes it as
     its first one — before any data, as push-style datasets need."""
     name = name or dataset_name(dataset)
-    state = dataset.state()
+    return _reconciled(dataset, name, log, lambda state: _apply(dataset, state, proposed, name, system_time))
+
+
+def _apply(
+    dataset: Dataset,
+    state: ChainState,
+    proposed: model.DataSchema,
+    name: str,
+    system_time: Timestamp | None,
+) -> SchemaChangeResult:
     if state.schema is None:
         schema = strip_encoding(proposed)
         commit = dataset.commit(

@@ -14,6 +14,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -164,7 +165,8 @@ class LocalObjectStore(ObjectStore):
     def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
         target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.parent / f".tmp-{os.getpid()}-{target.name}"
+        # one name per writer, threads too: two may store the same content-addressed object at once
+        tmp = target.parent / f".tmp-{os.getpid()}-{threading.get_native_id()}-{target.name}"
         if move:
             try:
                 os.replace(source, tmp)

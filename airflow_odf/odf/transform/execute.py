@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.reconcile import reconciling_from
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
     IngestResponse,
@@ -48,7 +49,14 @@ from airflow_odf.odf.schema.evolution import odf_schema
 from airflow_odf.odf.schema.policy import STRICT
 from airflow_odf.odf.storage.store import ObjectNotFoundError
 from airflow_odf.odf.transform.checkpoint import read_checkpoint, write_checkpoint
-from airflow_odf.odf.transform.plan import PlannedInput, TransformBatch, TransformPlanError, plan_transform
+from airflow_odf.odf.transform.plan import (
+    PinnedHeadProcessedError,
+    PlannedInput,
+    TransformBatch,
+    TransformPlan,
+    TransformPlanError,
+    plan_transform,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -79,24 +87,41 @@ def run_transform(
     """Brings a derivative dataset up to date with its inputs (or their pinned heads), batch by batch.
 
     The derivative's state is read once: the plan is made against it, the first batch commits onto its
-    head (compare-and-swap: a writer that moved the head meanwhile makes the commit fail) and each
-    further batch onto the head the one before committed. Each input is opened once, by the plan.
+    head (compare-and-swap) and each further batch onto the head the one before committed. Each input
+    is opened once, by the plan. When another writer (an overlapping run) moves the head first, the
+    transform plans again from that head — often finding the inputs already processed, up to date — and
+    goes on from there (`chain.reconcile`).
     """
     dataset = repo.dataset(name)
     state = dataset.state()
     head = None if state.head is None else str(state.head)
     result = IngestResult(name, str(state.dataset_id), head, head)
-    plan = plan_transform(
-        repo,
-        dataset,
-        state=state,
-        pinned_heads=options.pinned_heads,
-        max_input_records=options.max_input_records,
-        recover_from_scratch=options.recover_diverged,
+
+    def attempt(current: ChainState) -> ChainState:
+        return _plan_and_run(repo, dataset, current, name, runner, options, result, system_time)
+
+    final = reconciling_from(
+        dataset, state, attempt, what=name, record=result.reconciliation, log=options.log
     )
+    result.new_head = None if final.head is None else str(final.head)
+    return result
+
+
+def _plan_and_run(
+    repo: Repository,
+    dataset: Dataset,
+    state: ChainState,
+    name: str,
+    runner: EngineRunner,
+    options: TransformOptions,
+    result: IngestResult,
+    system_time: Timestamp | None,
+) -> ChainState:
+    """Plans against `state` and runs the plan's batches; the state the last one committed."""
+    plan = _plan(repo, dataset, state, name, options)
     if plan.up_to_date:
         options.log(f"{name}: up to date ({plan.reason})" if plan.reason else f"{name}: up to date")
-        return result
+        return state
     rebuild = plan.from_scratch
     if rebuild:
         options.log(f"{name}: {plan.reason}; the derivative's own data is reset")
@@ -114,7 +139,34 @@ def run_transform(
             rebuild=rebuild,
         )
         rebuild = False
-    return result
+    return state
+
+
+def _plan(
+    repo: Repository, dataset: Dataset, state: ChainState, name: str, options: TransformOptions
+) -> TransformPlan:
+    """The plan against `state`. An input pinned to a block the derivative already processed (another
+    run got there first) has nothing new: it is planned as if pinned to the last block processed."""
+    pins = dict(options.pinned_heads or {})
+    while True:
+        try:
+            return plan_transform(
+                repo,
+                dataset,
+                state=state,
+                pinned_heads=pins or None,
+                max_input_records=options.max_input_records,
+                recover_from_scratch=options.recover_diverged,
+            )
+        except PinnedHeadProcessedError as e:
+            options.log(
+                f"{name}: input {e.alias!r} is pinned to {e.pinned}, which was already processed "
+                f"(up to {e.processed}): nothing new from it"
+            )
+            processed = {k: e.processed for k, v in pins.items() if str(v).strip() == str(e.pinned)}
+            if not processed:
+                raise
+            pins.update(processed)
 
 
 @dataclass(frozen=True)

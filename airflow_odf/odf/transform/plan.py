@@ -39,6 +39,20 @@ class InputDivergedError(TransformPlanError):
         self.block_hash = block_hash
 
 
+class PinnedHeadProcessedError(TransformPlanError):
+    """An input is pinned to a block older than the last one the derivative processed: what the pin
+    asks for was processed already (e.g. by an overlapping run)."""
+
+    def __init__(self, alias: str, label: str, pinned: Multihash, processed: Multihash) -> None:
+        super().__init__(
+            f"pinned head {pinned} of input {label} is older than {processed}, "
+            "the last block this derivative already processed"
+        )
+        self.alias = alias
+        self.pinned = pinned
+        self.processed = processed
+
+
 @dataclass(frozen=True)
 class PlannedInput:
     """One input's share of a batch: blocks `(prev_block_hash, new_block_hash]`, offsets `(prev, new]`.
@@ -309,10 +323,7 @@ def _pending_units(inp: _Input, prev: Multihash | None, pinned: Multihash | None
     if not seen_new:
         assert prev is not None
         if any(h == new for h, _ in inp.dataset.iter_blocks(prev)):
-            raise TransformPlanError(
-                f"pinned head {new} of input {inp.label()} is older than {prev}, "
-                "the last block this derivative already processed"
-            )
+            raise PinnedHeadProcessedError(inp.alias, inp.label(), new, prev)
         raise TransformPlanError(f"pinned head {new} is not in the chain of input {inp.label()}")
     collected.reverse()
     return collected

@@ -1,16 +1,17 @@
-"""Reproducibility verification of a derivative: every ExecuteTransform is run again and compared.
+"""Reproducibility verification of a derivative: each ExecuteTransform is run again and compared.
 
 INGEST-TRANSFORM-SEMANTICS §2.6: each recorded batch is rebuilt from its block — the input intervals,
 the SetTransform and vocabulary then in effect, the block's system time, previous offset and checkpoint
 — and run on the engine in a scratch directory; nothing is committed. The replay must give the same
 offsets, logical hash (Parquet bytes may differ), watermark, checkpoint presence and schema. Every
-mismatch is reported with the block it concerns, not just the first.
+mismatch is reported with the block it concerns, not just the first. An incremental verification
+(`chain/verification.py`) replays only the transforms after the last verified head.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,16 +70,21 @@ def verify_reproducibility(
     work_dir: Path,
     *,
     log: Callable[[str], None] = _log.info,
+    since: ChainState | None = None,
+    blocks: Sequence[tuple[Multihash, model.MetadataBlock]] | None = None,
 ) -> list[ReproducibilityProblem]:
-    """Replays every ExecuteTransform of the derivative `name`; an empty list means reproducible.
+    """Replays the ExecuteTransforms of the derivative `name`; an empty list means reproducible.
 
-    Root datasets have nothing to replay (their data comes from outside) and give an empty list.
+    By default every one from the Seed; with `blocks` (oldest first) only those among them, which
+    follow the state `since` (an incremental verification passes the blocks it checked). Root datasets
+    have nothing to replay (their data comes from outside) and give an empty list.
     """
-    dataset = repo.dataset(name)
+    if blocks is None:
+        blocks = list(reversed(list(repo.dataset(name).iter_blocks())))
     schemas = InputSchemas(repo)
-    state = ChainState()
+    state = since if since is not None else ChainState()
     problems: list[ReproducibilityProblem] = []
-    for h, block in reversed(list(dataset.iter_blocks())):
+    for h, block in blocks:
         event = block.event
         if isinstance(event, model.ExecuteTransform):
             problems += _replay(repo, state, name, h, block, event, runner, work_dir, schemas)
