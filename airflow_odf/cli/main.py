@@ -267,19 +267,11 @@ def cmd_verify(args: argparse.Namespace) -> None:
             "dataset": args.name,
             "ok": result.ok,
             "problems": [{"kind": p.kind, "ref": p.ref, "message": p.message} for p in result.problems],
-            "reproducibility": "not checked" if result.replayed is None else "checked",
             "not_reproducible": [
                 {"block": str(p.block_hash), "field": p.field, "recorded": p.recorded, "replayed": p.replayed}
                 for p in result.not_reproducible
             ],
-            "head": None if result.head is None else str(result.head),
-            "full": result.full,
-            "since": None if result.since is None else str(result.since),
-            "reason": result.reason,
-            "blocks_checked": result.blocks_checked,
-            "objects_checked": result.objects_checked,
-            "transforms_replayed": result.replayed or 0,
-            "record": result.recorded,
+            **result.fields(),
         }
         print(json.dumps(report, indent=2))
     elif not result.ok:

@@ -58,17 +58,9 @@ class OdfVerifyOperator(OdfBaseOperator):
         report = {
             "dataset": self.dataset,
             "dataset_id": str(result.state.dataset_id) if result.state else None,
-            "head": None if result.head is None else str(result.head),
             "ok": result.ok,
             "problems": problems,
-            "reproducibility": "not checked" if result.replayed is None else "checked",
-            "full": result.full,
-            "since": None if result.since is None else str(result.since),
-            "reason": result.reason,
-            "blocks_checked": result.blocks_checked,
-            "objects_checked": result.objects_checked,
-            "transforms_replayed": result.replayed or 0,
-            "record": result.recorded,
+            **result.fields(),
         }
         if problems:
             for line in problems:

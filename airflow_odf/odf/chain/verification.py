@@ -156,6 +156,20 @@ class VerificationReport:
     def full(self) -> bool:
         return self.since is None
 
+    def fields(self) -> dict[str, Any]:
+        """What was checked, as the JSON of `odf verify` and the XCom of the verify task give it."""
+        return {
+            "head": None if self.head is None else str(self.head),
+            "reproducibility": "not checked" if self.replayed is None else "checked",
+            "full": self.full,
+            "since": None if self.since is None else str(self.since),
+            "reason": self.reason,
+            "blocks_checked": self.blocks_checked,
+            "objects_checked": self.objects_checked,
+            "transforms_replayed": self.replayed or 0,
+            "record": self.recorded,
+        }
+
     def describe(self) -> str:
         """What was checked, in one line (a task log, the command's output)."""
         if self.full:
