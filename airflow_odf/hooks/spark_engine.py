@@ -154,6 +154,5 @@ class SparkConnectEngineRunner:
             raise EngineRunError(str(e)) from None
 
     def on_kill(self) -> None:
-        """Stops the running request, if the Connect runner can."""
-        if self._runner is not None and hasattr(self._runner, "on_kill"):
-            self._runner.on_kill()
+        """Nothing to stop here: a Connect request cannot be cancelled from the client. The server
+        finishes it into the killed task's operation folder, and nothing is committed."""
