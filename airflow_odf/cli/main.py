@@ -29,6 +29,7 @@ from airflow_odf.cli.schema import expand_shorthand
 from airflow_odf.cli.schema import register as register_schema_commands
 from airflow_odf.cli.sync import register as register_sync_commands
 from airflow_odf.odf.chain.integrity import collect_garbage
+from airflow_odf.odf.chain.reconcile import Reconciliation
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.chain.verification import Blocks, verify_dataset
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
@@ -154,8 +155,11 @@ def cmd_add(args: argparse.Namespace) -> None:
         raise CliError(lines)
     runner = LazyRunner(args)
     for snapshot in dependency_order(snapshots):
+        record = Reconciliation()
         try:
-            result = repo.add(_checked(repo, snapshot, runner))
+            result = repo.add_reconciling(
+                snapshot, record, check=lambda s: _checked(repo, s, runner), log=_stderr
+            )
         except ConflictError:
             raise
         except OdfError as e:

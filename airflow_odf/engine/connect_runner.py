@@ -21,6 +21,7 @@ import json
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -192,19 +193,42 @@ def _stop_unopened_session(channel_builder: _ChannelBuilder) -> None:
             session.stop()
 
 
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+"""A client's HTTP/2 connection preface (an empty SETTINGS frame after the magic string)."""
+_SETTINGS_FRAME = 4
+
+
 def _answers(remote: str) -> bool:
-    """Does a server accept a connection at `remote` within CONNECT_TIMEOUT_SECONDS?
-    ConnectUnreachableError when `remote` is no Spark Connect URL."""
+    """Does a server accept a connection at `remote` and speak gRPC's HTTP/2 within
+    CONNECT_TIMEOUT_SECONDS? ConnectUnreachableError when `remote` is no Spark Connect URL.
+
+    A refused connection says it at once (gRPC would keep trying until the timeout). Over plain TCP the
+    server's answer to the HTTP/2 preface — its own SETTINGS frame — is the proof, in a round trip;
+    over TLS gRPC's channel is asked, which polls its state every 0.2 s."""
     builder = _channel_builder(remote)
-    try:  # a refused connection says it at once, where gRPC would keep trying until the timeout
-        socket.create_connection(
-            (builder.url.hostname, builder.url.port or builder.default_port()), CONNECT_TIMEOUT_SECONDS
-        ).close()
-    except OSError:
+    deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS
+    address = (builder.url.hostname, builder.url.port or builder.default_port())
+    try:
+        with socket.create_connection(address, CONNECT_TIMEOUT_SECONDS) as sock:
+            if builder.use_ssl or builder.tls_for_token:
+                return _channel_ready(builder, deadline)
+            sock.sendall(_HTTP2_PREFACE)
+            header = b""
+            while len(header) < 9:  # a frame header: length (3), type (1), flags (1), stream (4)
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                chunk = sock.recv(9 - len(header))
+                if not chunk:
+                    return False
+                header += chunk
+            return header[3] == _SETTINGS_FRAME
+    except OSError:  # refused, unreachable, or silent until the deadline
         return False
+
+
+def _channel_ready(builder: _ChannelBuilder, deadline: float) -> bool:
     channel = builder.toChannel()
     try:
-        grpc.channel_ready_future(channel).result(timeout=CONNECT_TIMEOUT_SECONDS)
+        grpc.channel_ready_future(channel).result(timeout=max(deadline - time.monotonic(), 0.001))
     except grpc.FutureTimeoutError:
         return False
     finally:

@@ -15,12 +15,10 @@ from typing import Any
 
 from airflow.sdk import Context
 
-from airflow_odf.odf.chain.reconcile import Reconciliation, reconciling
-from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.chain.reconcile import Reconciliation
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import read_manifests
-from airflow_odf.odf.format.multiformats import Multihash
-from airflow_odf.odf.repo.repository import AddResult, DatasetNotFoundError, Repository
+from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.repo.snapshot_order import dependency_order
 from airflow_odf.odf.transform.evolution import check_transform_change
 from airflow_odf.operators.base import OdfBaseOperator
@@ -58,19 +56,6 @@ class OdfApplyManifestOperator(OdfBaseOperator):
             ]
         return dependency_order(found)
 
-    def apply(
-        self, repo: Repository, snapshot: model.DatasetSnapshot, runner: EngineRunner, record: Reconciliation
-    ) -> AddResult:
-        """Adds the snapshot; again, against what the other run left, when another run created or
-        changed the dataset first."""
-        return reconciling(
-            lambda: repo.add(check_transform_change(repo, snapshot, runner, self.work_dir(repo))),
-            what=snapshot.name,
-            head=lambda: _named_head(repo, snapshot.name),
-            record=record,
-            log=self.log.info,
-        )
-
     def execute(self, context: Context) -> list[dict[str, Any]]:
         from airflow_odf.hooks.repo import OdfRepoHook
 
@@ -78,10 +63,17 @@ class OdfApplyManifestOperator(OdfBaseOperator):
             lambda: OdfRepoHook(self.odf_conn_id).open_repository(create=self.create_repository)
         )
         runner = self.runner()
+        work_dir = self.work_dir(repo)
+
+        def checked(snapshot: model.DatasetSnapshot) -> model.DatasetSnapshot:
+            return check_transform_change(repo, snapshot, runner, work_dir)
+
         results = []
         for snapshot in self.snapshots():
             record = Reconciliation()
-            added = self.call(lambda s=snapshot, r=record: self.apply(repo, s, runner, r))
+            added = self.call(
+                lambda s=snapshot, r=record: repo.add_reconciling(s, r, check=checked, log=self.log.info)
+            )
             head = None if added.commit.new_head is None else str(added.commit.new_head)
             prev = None if added.commit.old_head is None else str(added.commit.old_head)
             result = {
@@ -102,11 +94,3 @@ class OdfApplyManifestOperator(OdfBaseOperator):
                 "created" if added.created else f"{len(added.commit.new_blocks)} new blocks",
             )
         return results
-
-
-def _named_head(repo: Repository, name: str) -> Multihash | None:
-    """The head of the dataset of that name, if there is one by now (another run may have created it)."""
-    try:
-        return repo.dataset(name).head()
-    except DatasetNotFoundError:
-        return None

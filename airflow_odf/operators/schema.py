@@ -82,7 +82,7 @@ class OdfInferSchemaOperator(SourceTrustArguments, OdfBaseOperator):
                     "new_blocks": [result.new_head],  # the SetDataSchema block
                 },
             )
-        return {
+        out = {
             "dataset": self.dataset,
             "schema": schema_yaml(result.schema),
             "widenings": [w.__dict__ for w in result.widenings],
@@ -90,6 +90,9 @@ class OdfInferSchemaOperator(SourceTrustArguments, OdfBaseOperator):
             "committed": result.committed,
             "new_head": result.new_head,
         }
+        if result.reconciliation.lost_races:
+            out["reconciled"] = result.reconciliation.as_dict()
+        return out
 
 
 class OdfMigrateSchemaOperator(OdfBaseOperator):

@@ -53,13 +53,16 @@ class AirflowDeployment:
     """`with AirflowDeployment(root, database_url, connect_url) as airflow:` the four components running
     against the (empty) database, DAGs parsed on demand; stopped on exit."""
 
-    def __init__(self, root: Path, database_url: str, connect_url: str) -> None:
+    def __init__(self, root: Path, database_url: str, connect_url: str, *, preload: bool = True) -> None:
         self.root = root
         self.home = root / "home"
         self.dags = root / "dags"
         self.logs = root / "component-logs"
         for folder in (self.home, self.dags, self.logs):
             folder.mkdir(parents=True)
+        if preload:  # imported by every component at start: the tasks they fork start warm
+            (self.home / "config").mkdir()
+            (self.home / "config" / "airflow_local_settings.py").write_text("import airflow_odf.preload\n")
         for name in EXAMPLE_DAGS:
             (self.dags / name).symlink_to(REPO / "dags_examples" / name)
         for path in TEST_DAGS.glob("*.py"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -267,6 +268,30 @@ def test_an_unreachable_server_fails_the_request_naming_the_url(tmp_path: Path) 
     message = str(failure.value)
     assert message.startswith(f"Spark Connect server {url}: no server answered within 5 s;")
     assert "odf engine serve" in message and "secret" not in message
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http1"])
+def test_a_port_that_does_not_speak_grpc_is_no_server(tmp_path: Path, answer: bytes | None) -> None:
+    """A listener that accepts and then says nothing (or answers in HTTP/1) is not taken for a server:
+    the request fails unstarted, as for a closed port, instead of waiting on gRPC's retries."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        url = f"sc://127.0.0.1:{listener.getsockname()[1]}"
+
+        def serve() -> None:
+            connection, _ = listener.accept()
+            with connection:
+                if answer is not None:
+                    connection.sendall(answer)
+                connection.recv(1024)  # until the client gives up and closes
+
+        server = threading.Thread(target=serve, daemon=True)
+        server.start()
+        with pytest.raises(ConnectUnreachableError) as failure:
+            SparkConnectRunner(url).run("{}", tmp_path)
+        server.join(30)
+    assert str(failure.value).startswith(f"Spark Connect server {url}: no server answered within 5 s;")
 
 
 def test_a_url_of_another_scheme_is_refused(tmp_path: Path) -> None:

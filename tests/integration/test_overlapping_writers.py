@@ -31,6 +31,7 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.polling import pull_polling
 from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.ingest.schema_inference import InferOptions, InferResult, infer_schema
 from airflow_odf.odf.operation import IngestResult
 from airflow_odf.odf.repo.repository import ALIAS_KEY, Repository
 from airflow_odf.odf.storage.local import LocalObjectStore
@@ -228,6 +229,34 @@ def test_two_tries_of_one_push_commit_it_once(engine: LocalSparkRunner, tmp_path
     assert first.new_blocks == second.new_blocks and first.records == second.records == 3
     assert first.new_head == second.new_head == str(dataset.head())
     assert sorted(r.reconciliation.lost_races for r in (first, second)) == [0, 1]
+    assert verify_integrity(dataset) == []
+
+
+def test_schema_commits_in_threads_record_one_schema(engine: LocalSparkRunner, tmp_path: Path) -> None:
+    """Three `infer --commit` of a push dataset at once: one SetDataSchema; the losers find the schema
+    they inferred already recorded and commit nothing."""
+    repo = Repository.init(tmp_path / "repo")
+    _files(tmp_path / "in", [[1, 2, 3]])
+    dataset = _pushed_root(repo)
+    before = dataset.head()
+    meeting = MeetingRunner(engine, WRITERS)
+
+    def infer(i: int) -> InferResult:
+        options = InferOptions(work_dir=repo.work_dir)
+        sample = [tmp_path / "in" / "part-0.ndjson"]
+        return infer_schema(Dataset(dataset.store), "pushed", meeting, options, files=sample, commit=True)  # type: ignore[arg-type]
+
+    results = _in_threads(WRITERS, infer)  # type: ignore[arg-type]
+
+    new = _blocks_since(dataset, before)
+    assert len(new) == 1
+    assert isinstance(dataset.block(dataset.head()).event, model.SetDataSchema)  # type: ignore[arg-type]
+    committed = [r for r in results if r.committed]
+    assert [r.new_head for r in committed] == new
+    losers = [r for r in results if not r.committed]
+    assert len(losers) == WRITERS - 1
+    assert all(r.reconciliation.heads_found == new and r.changes == [] for r in losers)
+    assert all(r.schema == results[0].schema for r in results)
     assert verify_integrity(dataset) == []
 
 

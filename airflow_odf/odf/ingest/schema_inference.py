@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.reconcile import Reconciliation, reconciling_from
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
     InferRequest,
@@ -67,6 +68,7 @@ class InferResult:
     changes: list[SchemaChange] | None = None  # against the current schema; None: there is none
     committed: bool = False
     new_head: str | None = None
+    reconciliation: Reconciliation = field(default_factory=Reconciliation)  # races lost while committing
 
 
 def _source(state: ChainState, alias: str, source_name: str | None, with_files: bool) -> Source:
@@ -131,11 +133,22 @@ def infer_schema(
         raise SchemaInferenceError("engine", f"{alias}: the engine reported no schema")
     schema = strip_encoding(data_schema_from_arrow(schema_from_text(response.output_schema)))
     result = InferResult(alias, source.name, [i.path for i in inputs], schema, response.widenings)
-    if state.schema is not None:
-        result.changes = diff_schemas(odf_schema(state.schema), schema)
+    result.changes = _changes(state, schema)
     if commit:
-        _commit(dataset, state, result, now)
+        reconciling_from(
+            dataset,
+            state,
+            lambda current: _commit(dataset, current, result, now),
+            what=f"{alias}: recording the inferred schema",
+            record=result.reconciliation,
+            log=options.log,
+        )
     return result
+
+
+def _changes(state: ChainState, schema: model.DataSchema) -> list[SchemaChange] | None:
+    """How `schema` differs from the dataset's current one; None when it has none."""
+    return None if state.schema is None else diff_schemas(odf_schema(state.schema), schema)
 
 
 def _sample(
@@ -167,7 +180,9 @@ def _sample(
 
 
 def _commit(dataset: Dataset, state: ChainState, result: InferResult, now: Timestamp) -> None:
-    """Records the inferred schema before any data; an existing equal schema is left alone."""
+    """Records the inferred schema before any data; an existing equal schema is left alone (also one that
+    another writer recorded while this one was inferring: `state` is then the head it left)."""
+    result.changes = _changes(state, result.schema)
     if state.schema is not None:
         if not result.changes:
             return

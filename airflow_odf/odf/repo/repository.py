@@ -14,12 +14,14 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from airflow_odf.odf.chain.dataset import HEAD_REF, CommitResult, CorruptDatasetError, Dataset
+from airflow_odf.odf.chain.reconcile import Reconciliation, reconciling
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId
@@ -277,6 +279,28 @@ class Repository:
         if isinstance(event, (model.SetPollingSource, model.AddPushSource)) and event.preprocess is not None:
             return dataclasses.replace(event, preprocess=normalize_sql(event.preprocess))
         return event
+
+    def add_reconciling(
+        self,
+        snapshot: model.DatasetSnapshot,
+        record: Reconciliation,
+        *,
+        check: Callable[[model.DatasetSnapshot], model.DatasetSnapshot] = lambda snapshot: snapshot,
+        log: Callable[[str], None] | None = None,
+    ) -> AddResult:
+        """`add(check(snapshot))`; again, against what the other writer left, when another writer (an
+        overlapping run) created or changed the dataset first — usually nothing is left to add."""
+
+        def head() -> Any:
+            try:
+                return self.dataset(snapshot.name).head()
+            except DatasetNotFoundError:
+                return None
+
+        extra = {} if log is None else {"log": log}
+        return reconciling(
+            lambda: self.add(check(snapshot)), what=snapshot.name, head=head, record=record, **extra
+        )
 
     def add(self, snapshot: model.DatasetSnapshot, *, system_time: Timestamp | None = None) -> AddResult:
         """Creates the dataset, or appends only the events that differ from its current state."""
