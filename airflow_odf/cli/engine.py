@@ -5,6 +5,11 @@ The engine is the in-process local Spark (default), `spark-submit` (`--engine sp
 URL`) or a Spark Connect server (`--engine spark-connect --remote sc://HOST:PORT`), also chosen with
 $ODF_ENGINE, $ODF_SPARK_MASTER and $ODF_SPARK_REMOTE. The runner is created on first use, so a command
 that turns out not to need Spark never imports pyspark nor starts a JVM.
+
+`--spark-s3a` (or $ODF_SPARK_S3A=1) lets the local and spark-submit engines reach an `s3://` repository
+themselves over `s3a://`, with the jars of `scripts/s3a-jars` and the settings of the environment's
+`AWS_*` variables (`spark_s3a_conf`); a Spark Connect server gets them when it starts (`odf engine
+serve --s3a`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from airflow_odf.odf.engine_client.connect_server import (
     ConnectServer,
     ConnectServerError,
 )
+from airflow_odf.odf.storage.url import SPARK_S3A_ENV, environment_s3a_conf, spark_s3a_conf
+from airflow_odf.utils.s3a import with_s3a_conf
 
 if TYPE_CHECKING:
     from airflow_odf.odf.engine_client.runner import EngineRunner
@@ -43,7 +50,26 @@ def engine_options() -> argparse.ArgumentParser:
         default=os.environ.get("ODF_SPARK_REMOTE"),
         help="the Spark Connect server of --engine spark-connect, sc://HOST:PORT (default $ODF_SPARK_REMOTE)",
     )
+    parent.add_argument(
+        "--spark-s3a",
+        action=SparkS3aFlag,
+        help="the engine reads and writes an s3:// repository itself over s3a:// (as $ODF_SPARK_S3A=1; "
+        "the jars come from scripts/s3a-jars, the settings from the AWS_* variables)",
+    )
     return parent
+
+
+class SparkS3aFlag(argparse.Action):
+    """`--spark-s3a`: sets $ODF_SPARK_S3A for this command, which every repository it opens reads
+    (`engine_scheme`), whichever of its subcommands opens it."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        os.environ[SPARK_S3A_ENV] = "1"
 
 
 def connect_remote(remote: str | None) -> str:
@@ -65,40 +91,51 @@ class LazyRunner:
         self._engine: str = args.engine
         self._master: str = args.master or "local[*]"
         self._remote = connect_remote(args.remote) if self._engine == "spark-connect" else None
+        self._repository: str | None = getattr(args, "repo", None)
         self._runner: EngineRunner | None = None
+        # what the in-process runner raises when it cannot start a request (no server, no jars)
+        self._start_error: type[Exception] | None = None
 
     def run(self, request_json: str, work_dir: Path) -> str:
         if self._runner is None:
             self._runner = self._create()
-        if self._remote is None:
+        if self._start_error is None:
             return self._runner.run(request_json, work_dir)
-        from airflow_odf.engine.connect_runner import ConnectUnreachableError
         from airflow_odf.odf.engine_client.runner import EngineRunError
 
         try:
             return self._runner.run(request_json, work_dir)
-        except ConnectUnreachableError as e:  # an engine error: reported as the core's, in one line
+        except self._start_error as e:  # an engine error: reported as the core's, in one line
             raise EngineRunError(str(e)) from None
+
+    def _s3a_conf(self) -> dict[str, str]:
+        """The s3a jars and settings when the repository is in S3 and s3a is on (`--spark-s3a`)."""
+        return spark_s3a_conf(self._repository) if self._repository else {}
 
     def _create(self) -> EngineRunner:
         if self._remote is not None:
             # pyspark's Connect client warns on every import that it does not yet fully support pandas 3:
             # noise on the command's stderr, whose errors are one line each
             warnings.filterwarnings("ignore", "PySpark does not yet fully support pandas", FutureWarning)
-            from airflow_odf.engine.connect_runner import SparkConnectRunner  # the Connect client only
+            from airflow_odf.engine.connect_runner import ConnectUnreachableError, SparkConnectRunner
 
-            return SparkConnectRunner(self._remote)
+            self._start_error = ConnectUnreachableError
+            return SparkConnectRunner(self._remote)  # the Connect client only
         if self._engine == "spark-submit":
             from airflow_odf.odf.engine_client.runner import SparkSubmitRunner
 
-            return SparkSubmitRunner(self._master, log=lambda line: print(line, file=sys.stderr))
+            return SparkSubmitRunner(
+                self._master, conf=self._s3a_conf(), log=lambda line: print(line, file=sys.stderr)
+            )
         from airflow_odf.odf.engine_client.fast_start import fast_start_conf
         from airflow_odf.odf.engine_client.runner import require_local_spark
 
         require_local_spark()
         from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
+        from airflow_odf.engine.session import SessionWithoutJars
 
-        return LocalSparkRunner(self._master, fast_start_conf({}, self._master, None))
+        self._start_error = SessionWithoutJars
+        return LocalSparkRunner(self._master, fast_start_conf(self._s3a_conf(), self._master, None))
 
 
 def cmd_engine_warm_up(args: argparse.Namespace) -> None:
@@ -131,11 +168,14 @@ def cmd_engine_serve(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda _signum, _frame: stop.set())
     token = args.token or os.environ.get(SERVE_TOKEN_VARIABLE) or os.environ.get(TOKEN_VARIABLE) or None
+    conf = dict(args.conf)
+    if args.s3a:  # keys go to the server in a file only this user can read (`ConnectServer`)
+        conf = with_s3a_conf(conf, environment_s3a_conf())
     server = ConnectServer(
         args.master,
         args.host,
         args.port,
-        dict(args.conf),
+        conf,
         log=lambda line: print(line, file=sys.stderr),
         token=token,
     )
@@ -190,6 +230,12 @@ def register(groups: Any) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a Spark option of the server (repeatable), e.g. spark.driver.memory=4g",
+    )
+    p.add_argument(
+        "--s3a",
+        action="store_true",
+        help="give the server Spark's S3 connector (the jars of scripts/s3a-jars) and the settings of the "
+        "AWS_* variables (AWS_ENDPOINT_URL, AWS_REGION, keys), for clients working on s3:// repositories",
     )
     p.add_argument(
         "--token",

@@ -288,9 +288,9 @@ def cmd_verify(args: argparse.Namespace) -> None:
 
 
 def cmd_gc(args: argparse.Namespace) -> None:
-    """Collects every readable dataset, then the folders of dead operations in the scratch space; a
-    dataset whose head or chain cannot be read is left whole, named on stderr, and makes the exit
-    code 4."""
+    """Collects every readable dataset (in a bucket: the objects dead operations staged there), then
+    the folders of dead operations in the scratch space; a dataset whose head or chain cannot be read
+    is left whole, named on stderr, and makes the exit code 4."""
     repo = _repo(args)
     removed = 0
     skipped = []
@@ -300,7 +300,8 @@ def cmd_gc(args: argparse.Namespace) -> None:
         except OdfError as e:
             skipped.append(f"{entry.name}: {e}; nothing of it was removed")
     try:
-        for path in repo.unnamed_datasets(args.min_age):
+        # a repository in a bucket: only what dead operations staged there (`collect_garbage`)
+        for path in repo.unnamed_datasets(args.min_age) if repo.is_local else []:
             repo.remove_dataset_dir(path)
             removed += 1
     except RepositoryError as e:

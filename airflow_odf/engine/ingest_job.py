@@ -17,9 +17,18 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
-from airflow_odf.engine.merge import ROW_COLUMN, keeps_state, load_state, merge, next_state, write_state
+from airflow_odf.engine.merge import (
+    ROW_COLUMN,
+    keeps_state,
+    load_state,
+    merge,
+    next_state,
+    write_state,
+    write_state_in_place,
+)
 from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
-from airflow_odf.engine.readers import LINE_FORMATS, read_input
+from airflow_odf.engine.readers import BAD_RECORDS_QUARANTINE, LINE_FORMATS, read_input
+from airflow_odf.engine.remote_files import is_uri
 from airflow_odf.engine.session import default_parallelism
 from airflow_odf.engine.spark_types import spark_to_arrow
 from airflow_odf.engine.writer import (
@@ -28,6 +37,7 @@ from airflow_odf.engine.writer import (
     parse_time,
     with_system_columns,
     write_slices,
+    write_slices_in_place,
 )
 from airflow_odf.utils.engine_json import Vocab
 
@@ -55,6 +65,12 @@ def read_inputs(spark: SparkSession, request: dict[str, Any], vocab: Vocab) -> t
     batch = len(inputs) > 1 and not request.get("preprocess") and request["read"].get("kind") in LINE_FORMATS
     groups = [inputs] if batch else [[item] for item in inputs]
     frames, quarantined = [], 0
+    if request.get("bad_records") == BAD_RECORDS_QUARANTINE and is_uri(request["out_dir"]):
+        raise EngineInputError(
+            "unsupported",
+            "bad_records 'quarantine' keeps the broken records in a file on the engine's disk, which an "
+            f"engine writing into the bucket ({request['out_dir']}) has not: use 'fail', or turn s3a off",
+        )
     for group in groups:
         result = read_input(
             spark,
@@ -99,7 +115,7 @@ def _tag_rows(df: DataFrame, group: list[dict[str, Any]], *, first_index: int, b
     if not by_file:
         index, source_et = F.lit(first_index).cast("long"), literal_time(group[0])
     else:
-        paths = [os.path.abspath(item["path"]) for item in group]
+        paths = [item["path"] if is_uri(item["path"]) else os.path.abspath(item["path"]) for item in group]
         index = _by_file(paths, [F.lit(i) for i in range(len(group))])
         source_et = _by_file(paths, [literal_time(item) for item in group])
     df = df.withColumn(ROW_COLUMN, F.shiftleft(index.cast("long"), _POSITION_BITS) + position)
@@ -124,7 +140,11 @@ def _with_event_time(df: DataFrame, vocab: Vocab, dataset_schema: pa.Schema | No
 
 
 def _input_bytes(request: dict[str, Any]) -> int:
-    return sum(os.path.getsize(i["path"]) for i in request["inputs"] if os.path.isfile(i["path"]))
+    """The inputs' size: local files' own, others' as the request states it."""
+    return sum(
+        os.path.getsize(i["path"]) if os.path.isfile(i["path"]) else i.get("size") or 0
+        for i in request["inputs"]
+    )
 
 
 def _num_partitions(spark: SparkSession, request: dict[str, Any], size: int) -> int:
@@ -201,25 +221,35 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         gather=state is None and size <= _GATHER_BYTES,
     )
     spark_to_arrow(output.schema)  # a column Spark holds but Parquet/ODF cannot (an interval) fails here
-    slices, schema_file = write_slices(
-        output,
-        request["out_dir"],
-        vocab=vocab,
-        max_records_per_slice=request.get("max_records_per_slice"),
+    out_dir = request["out_dir"]
+    in_place = is_uri(out_dir)
+    write = write_slices_in_place if in_place else write_slices
+    slices, schema = write(
+        output, out_dir, vocab=vocab, max_records_per_slice=request.get("max_records_per_slice")
     )
-    schema = pq.read_schema(schema_file).remove_metadata()
-    response["output_schema"] = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+    response["output_schema"] = schema if in_place else _schema_text(schema)
     response["slices"] = [s.__dict__ for s in slices]
     ets = [s.max_event_time for s in slices if s.max_event_time]
     response["max_event_time"] = max(ets, key=parse_time) if ets else None
     if slices and keeps_state(strategy):  # folds in what was written: read back, not recomputed
         written = spark.read.parquet(*[s.path for s in slices])
         new_state = next_state(strategy, state, written, vocab=vocab.to_json())
-        if new_state is not None:
-            path = os.path.join(request["out_dir"], "checkpoint.parquet")
+        if new_state is not None and in_place:
+            checkpoint = write_state_in_place(new_state, f"{out_dir.rstrip('/')}/checkpoint", strategy)
+            response["new_checkpoint_path"] = checkpoint.path
+            response["new_checkpoint_physical_hash"] = checkpoint.physical_hash
+            response["new_checkpoint_size"] = checkpoint.size
+        elif new_state is not None:
+            path = os.path.join(out_dir, "checkpoint.parquet")
             write_state(new_state, path, strategy)
             response["new_checkpoint_path"] = path
     return response
+
+
+def _schema_text(schema_file: str) -> str:
+    """The Arrow schema of a written file, as the contract carries it (base64 of its IPC message)."""
+    schema = pq.read_schema(schema_file).remove_metadata()
+    return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
 
 
 def locate_bad_records(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any] | None:

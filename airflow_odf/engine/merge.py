@@ -23,11 +23,14 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.py4j_errors import Py4JJavaError
+from airflow_odf.engine.remote_files import RemoteFile, describe_written, is_uri
 from airflow_odf.engine.writer import SOURCE_EVENT_TIME_COLUMN
 from airflow_odf.utils.engine_json import NEEDS_PREVIOUS_DATA, Vocab
 
@@ -287,11 +290,15 @@ def _read_checkpoint(spark: SparkSession, s: _Strategy, path: str) -> DataFrame 
     """The checkpointed state, or None if it is unreadable or belongs to another strategy or key.
 
     The footer is checked with pyarrow, so a foreign or corrupt file costs no Spark job and the
-    state is read with the schema Spark recorded in it (no schema inference pass)."""
+    state is read with the schema Spark recorded in it (no schema inference pass); a file in a bucket
+    is checked through Spark."""
     try:
-        footer = pq.read_metadata(path).metadata or {}
-        schema = T.StructType.fromJson(json.loads(footer[_SPARK_SCHEMA_KEY]))
-    except (OSError, ValueError, KeyError, pa.ArrowException):
+        if is_uri(path):  # in a bucket: its footer through Spark (which reads the same schema from it)
+            schema = spark.read.parquet(path).schema
+        else:
+            footer = pq.read_metadata(path).metadata or {}
+            schema = T.StructType.fromJson(json.loads(footer[_SPARK_SCHEMA_KEY]))
+    except (OSError, ValueError, KeyError, pa.ArrowException, PySparkException, Py4JJavaError):
         return None
     if not schema.fields or schema.fields[0].metadata.get(_STATE_MARKER_KEY) != s.marker():
         return None
@@ -330,22 +337,36 @@ def next_state(
 def write_state(state: DataFrame, path: str, strategy: dict[str, Any]) -> None:
     """Writes the state as one Parquet file at `path`, rows sorted by key so equal states give equal
     bytes; the strategy's identity is stored as metadata of the first column."""
-    s = _Strategy.parse(strategy)
-    marker = {_STATE_MARKER_KEY: s.marker()}
-    columns = [_c(c).alias(c, metadata=marker if i == 0 else {}) for i, c in enumerate(state.columns)]
-    ordered = (
-        state.select(*columns)
-        .repartition(1)
-        .sortWithinPartitions(*[_c(k).asc_nulls_first() for k in s.primary_key])
-    )
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".merge-state-", dir=target.parent)
     try:
-        ordered.write.mode("overwrite").parquet(tmp)
+        _ordered_state(state, strategy).write.mode("overwrite").parquet(tmp)
         parts = sorted(Path(tmp).glob("*.parquet"))
         if len(parts) != 1:
             raise EngineInputError("internal", f"expected one merge-state file in {tmp}, found {len(parts)}")
         os.replace(parts[0], target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def write_state_in_place(state: DataFrame, folder: str, strategy: dict[str, Any]) -> RemoteFile:
+    """`write_state` into a bucket (`folder` a URI): the one file Spark writes there stays where it is,
+    described and hashed on the executors (`remote_files`)."""
+    _ordered_state(state, strategy).write.mode("overwrite").parquet(folder)
+    written = describe_written(state.sparkSession, folder, None)
+    if len(written) != 1:
+        raise EngineInputError("internal", f"expected one merge-state file in {folder}, found {len(written)}")
+    return written[0]
+
+
+def _ordered_state(state: DataFrame, strategy: dict[str, Any]) -> DataFrame:
+    """The state in one partition sorted by key, its first column marked with the strategy."""
+    s = _Strategy.parse(strategy)
+    marker = {_STATE_MARKER_KEY: s.marker()}
+    columns = [_c(c).alias(c, metadata=marker if i == 0 else {}) for i, c in enumerate(state.columns)]
+    return (
+        state.select(*columns)
+        .repartition(1)
+        .sortWithinPartitions(*[_c(k).asc_nulls_first() for k in s.primary_key])
+    )

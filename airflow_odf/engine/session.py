@@ -17,8 +17,11 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_odf.utils.s3a import CLASS_PATH_KEYS, split_secrets
 from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL, ODF_SPARK_CONF, SPARK_LOG_LEVEL
 
+_HADOOP_PREFIX = "spark.hadoop."
+DRIVER_CLASS_PATH = CLASS_PATH_KEYS[0]
 _REQUEST_FRAMES: ContextVar[list[DataFrame] | None] = ContextVar("odf_request_frames", default=None)
 
 
@@ -29,20 +32,46 @@ def runtime_conf(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
     return {key: value for key, value in options.items() if not key.startswith("spark.ui.")}
 
 
+class SessionWithoutJars(RuntimeError):
+    """The process's SparkSession started without jars a request needs (they load only at its start)."""
+
+
 def get_session(master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
-    """The process's SparkSession, created on first use; `master=None` keeps what spark-submit set."""
+    """The process's SparkSession, created on first use; `master=None` keeps what spark-submit set.
+
+    The S3 keys of `extra_conf` (`S3A_SECRET_KEYS`) are not given to the builder, which would put them
+    on the JVM's command line: like every `spark.hadoop.*` option, they are set on the running session's
+    Hadoop configuration (so a reused session gets them too; tasks receive it with their work)."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName("airflow-odf")
     if master:
         builder = builder.master(master)
-    for key, value in {**ODF_SPARK_CONF, **(extra_conf or {})}.items():
+    conf, _ = split_secrets({**ODF_SPARK_CONF, **(extra_conf or {})})
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    _require_jars(spark, conf.get(DRIVER_CLASS_PATH, ""))
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in (extra_conf or {}).items():
+        if key.startswith(_HADOOP_PREFIX):
+            hadoop.set(key.removeprefix(_HADOOP_PREFIX), value)
     # the level the job was given (spark-submit's --conf, the local engine's conf), else WARN
     spark.sparkContext.setLogLevel(spark.sparkContext.getConf().get(SPARK_LOG_LEVEL, DEFAULT_SPARK_LOG_LEVEL))
     for key, value in runtime_conf().items():  # also on a session spark-submit made
         spark.conf.set(key, value)
     return spark
+
+
+def _require_jars(spark: SparkSession, wanted: str) -> None:
+    """Fails clearly when the session runs without the class path entries of `wanted` (a session
+    started earlier in this process without them cannot load them any more)."""
+    loaded = set(spark.sparkContext.getConf().get(DRIVER_CLASS_PATH, "").split(os.pathsep))
+    missing = [entry for entry in wanted.split(os.pathsep) if entry and entry not in loaded]
+    if missing:
+        raise SessionWithoutJars(
+            f"this process's Spark session started without {', '.join(missing)} (jars load only when a "
+            "session starts): run the request in a new process (the odf command, the spark-submit engine)"
+        )
 
 
 def is_connect(spark: SparkSession) -> bool:

@@ -54,8 +54,15 @@ from airflow_odf.engine.partition_order import (
 )
 from airflow_odf.engine.parts_publisher import PartsTarget, row_group_midpoints
 from airflow_odf.engine.preprocess import run_sql
+from airflow_odf.engine.remote_files import is_uri
+from airflow_odf.engine.slice_footer import WrittenSlice
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
-from airflow_odf.engine.writer import normalize_timestamps, parse_time, write_in_frame_order
+from airflow_odf.engine.writer import (
+    normalize_timestamps,
+    parse_time,
+    write_in_frame_order,
+    write_in_frame_order_in_place,
+)
 from airflow_odf.utils.engine_json import Vocab
 
 # Reading slices in place costs one Spark read (relation, scan, task set-up: about 0.1-0.2 s) per file;
@@ -259,7 +266,8 @@ def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     with ThreadPoolExecutor(1, thread_name_prefix="odf-plan-helper") as helper:
         # the offset columns are read (pyarrow, without the GIL) while Spark plans the one-scan query
         check = helper.submit(_offsets_checked, footers)
-        if in_place and can_read_plans(spark):
+        # into a bucket, the partitions are written in their own order (`write_in_frame_order_in_place`)
+        if in_place and can_read_plans(spark) and not is_uri(request["out_dir"]):
             sizes = [os.path.getsize(r.path) for r in in_place]
             target = _parts_target(request, in_place)
             # the parts published: in the files' order where it can be had
@@ -293,7 +301,17 @@ def _written(
     publish_to: PartsTarget | None,
 ) -> dict[str, Any] | None:
     """The response for `output` written as one slice; None when `keys` (from the plan) end up unknown.
-    `publish_to`: where its parts are published while Spark writes them (`parts_publisher`)."""
+    `publish_to`: where its parts are published while Spark writes them (`parts_publisher`). Into a
+    bucket (`out_dir` a URI), the slice is written and hashed there, in the frame's partition order."""
+    if is_uri(request["out_dir"]):
+        slices, schema_text = write_in_frame_order_in_place(
+            output,
+            request["out_dir"],
+            vocab=vocab,
+            system_time=parse_time(request["system_time"]),
+            next_offset=request["next_offset"],
+        )
+        return _response(slices, schema_text)
     written = write_in_frame_order(
         output,
         request["out_dir"],
@@ -307,8 +325,12 @@ def _written(
         return None
     slices, schema_file = written
     schema = pq.read_schema(schema_file).remove_metadata()
+    return _response(slices, base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"))
+
+
+def _response(slices: list[WrittenSlice], schema_text: str) -> dict[str, Any]:
     return {
-        "output_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
+        "output_schema": schema_text,
         "slices": [s.__dict__ for s in slices],
         "max_event_time": slices[0].max_event_time if slices else None,
     }

@@ -29,11 +29,10 @@ import shutil
 from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -55,7 +54,9 @@ from airflow_odf.engine.parquet_splice import (
 )
 from airflow_odf.engine.partition_order import PartitionKey
 from airflow_odf.engine.parts_publisher import PartsPublisher, PartsTarget, part_numbers
+from airflow_odf.engine.remote_files import RemoteFile, describe_written
 from airflow_odf.engine.session import default_parallelism, is_connect, persist_for_request
+from airflow_odf.engine.slice_footer import WrittenSlice, describe_slice
 from airflow_odf.engine.spark_types import quote_identifier
 from airflow_odf.utils.engine_json import Vocab
 
@@ -64,15 +65,6 @@ _PARTITION = "__odf_partition"
 _POSITION = "__odf_position"
 # pyarrow's largest row group (the system columns' row groups match the parts')
 _MAX_ROW_GROUP_ROWS = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True)
-class WrittenSlice:
-    path: str
-    offset_start: int
-    offset_end: int
-    num_records: int
-    max_event_time: str | None
 
 
 def parse_time(text: str) -> datetime:
@@ -217,7 +209,29 @@ def write_in_frame_order(
     shutil.rmtree(parts_dir, ignore_errors=True)
     if not rows:
         return [], path  # a file with the schema and no row group
-    return [_describe_slice(path, pq.ParquetFile(path).metadata, vocab)], path
+    return [describe_slice(path, pq.ParquetFile(path).metadata, vocab)], path
+
+
+def write_in_frame_order_in_place(
+    df: DataFrame, out_dir: str, *, vocab: Vocab, system_time: datetime, next_offset: int
+) -> tuple[list[WrittenSlice], str]:
+    """`write_in_frame_order` into a bucket (`out_dir` a URI): the partitions, in partition order, are
+    concatenated into one task (`coalesce(1)`: no shuffle, the frame's order kept) that adds the system
+    columns and writes the one slice there; the executors then describe and hash it (`remote_files`).
+    Returns the slice (none when the frame is empty) and the output's Arrow schema (base64)."""
+    frame = _parts_frame(df, vocab).coalesce(1)
+    op = vocab.operation_type_column
+    offset = (F.lit(next_offset).cast("long") + F.monotonically_increasing_id()).cast("long")
+    written = frame.select(
+        offset.alias(vocab.offset_column),
+        F.col(quote_identifier(op)) if op in frame.columns else F.lit(0).cast("int").alias(op),
+        F.lit(_system_time_ms(system_time)).cast(T.TimestampType()).alias(vocab.system_time_column),
+        *[F.col(quote_identifier(c)) for c in frame.columns if c != op],
+    )
+    target = f"{out_dir.rstrip('/')}/data"
+    _write_parquet(written, target, None)
+    files = describe_written(df.sparkSession, target, vocab)
+    return _slices_of(files), min(files, key=lambda f: f.path).arrow_schema
 
 
 def _parts_frame(df: DataFrame, vocab: Vocab) -> DataFrame:
@@ -376,10 +390,7 @@ def write_slices(
     (Spark writes a schema-only file when the frame is empty, so the schema is known without data).
     """
     target = os.path.join(out_dir, "data")
-    writer = df.write.mode("overwrite")  # partitions are already in offset order
-    if max_records_per_slice:
-        writer = writer.option("maxRecordsPerFile", max_records_per_slice)
-    writer.parquet(target)
+    _write_parquet(df, target, max_records_per_slice)
     files = sorted(str(p) for p in Path(target).glob("*.parquet"))
     if not files:
         raise EngineInputError("internal", f"Spark wrote no Parquet file into {target}")
@@ -388,8 +399,52 @@ def write_slices(
         meta = pq.ParquetFile(path).metadata
         if meta.num_rows == 0:
             continue
-        slices.append(_describe_slice(path, meta, vocab))
-    slices.sort(key=lambda s: s.offset_start)
+        slices.append(describe_slice(path, meta, vocab))
+    return _in_offset_order(slices), files[0]
+
+
+def write_slices_in_place(
+    df: DataFrame, out_dir: str, *, vocab: Vocab, max_records_per_slice: int | None
+) -> tuple[list[WrittenSlice], str]:
+    """`write_slices` into a bucket (`out_dir` a URI): the executors write the files, then describe and
+    hash them where they are (`remote_files`). Returns the slices, hashes included, and the output's
+    Arrow schema (base64 of its IPC message)."""
+    target = f"{out_dir.rstrip('/')}/data"
+    _write_parquet(df, target, max_records_per_slice)
+    files = describe_written(df.sparkSession, target, vocab)
+    return _slices_of(files), min(files, key=lambda f: f.path).arrow_schema
+
+
+def _slices_of(files: list[RemoteFile]) -> list[WrittenSlice]:
+    """The non-empty files the executors described, as slices in offset order."""
+    slices = [
+        WrittenSlice(
+            f.path,
+            f.offset_start,
+            f.offset_end,
+            f.num_rows,
+            f.max_event_time,
+            physical_hash=f.physical_hash,
+            logical_hash=f.logical_hash,
+            size=f.size,
+            null_columns=f.null_columns,
+        )
+        for f in files
+        if f.num_rows and f.offset_start is not None and f.offset_end is not None
+    ]
+    return _in_offset_order(slices)
+
+
+def _write_parquet(df: DataFrame, target: str, max_records_per_slice: int | None) -> None:
+    writer = df.write.mode("overwrite")  # partitions are already in offset order
+    if max_records_per_slice:
+        writer = writer.option("maxRecordsPerFile", max_records_per_slice)
+    writer.parquet(target)
+
+
+def _in_offset_order(slices: list[WrittenSlice]) -> list[WrittenSlice]:
+    """The slices by offset; their offsets must follow each other without a gap."""
+    slices = sorted(slices, key=lambda s: s.offset_start)
     for before, after in itertools.pairwise(slices):
         if after.offset_start != before.offset_end + 1:
             raise EngineInputError(
@@ -397,41 +452,4 @@ def write_slices(
                 f"written slices are not contiguous: {before.path} ends at {before.offset_end}, "
                 f"{after.path} starts at {after.offset_start}",
             )
-    return slices, files[0]
-
-
-def _describe_slice(path: str, meta: pq.FileMetaData, vocab: Vocab) -> WrittenSlice:
-    names = meta.schema.to_arrow_schema().names
-    offset_idx, et_idx = names.index(vocab.offset_column), names.index(vocab.event_time_column)
-    lo, hi, max_et = None, None, None
-    for rg in range(meta.num_row_groups):
-        row_group = meta.row_group(rg)
-        offsets, ets = row_group.column(offset_idx).statistics, row_group.column(et_idx).statistics
-        if offsets is None or not offsets.has_min_max:
-            return _describe_slice_by_reading(path, vocab)
-        lo = offsets.min if lo is None else min(lo, offsets.min)
-        hi = offsets.max if hi is None else max(hi, offsets.max)
-        if ets is not None and ets.has_min_max:
-            max_et = ets.max if max_et is None else max(max_et, ets.max)
-        elif row_group.num_rows and (ets is None or ets.null_count != row_group.num_rows):
-            return _describe_slice_by_reading(path, vocab)
-    if hi - lo + 1 != meta.num_rows:
-        raise EngineInputError("internal", f"{path}: offsets {lo}..{hi} do not match {meta.num_rows} rows")
-    return WrittenSlice(path, lo, hi, meta.num_rows, _rfc3339(max_et))
-
-
-def _describe_slice_by_reading(path: str, vocab: Vocab) -> WrittenSlice:
-    table = pq.read_table(path, columns=[vocab.offset_column, vocab.event_time_column])
-    lo, hi = pc.min_max(table[vocab.offset_column]).values()
-    max_et = pc.max(table[vocab.event_time_column]).as_py()
-    return WrittenSlice(path, lo.as_py(), hi.as_py(), table.num_rows, _rfc3339(max_et))
-
-
-def _rfc3339(value: datetime | date | None) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, datetime):
-        value = datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return slices

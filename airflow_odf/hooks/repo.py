@@ -21,7 +21,8 @@ from airflow.sdk.log import mask_secret
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.redact import redact_text, redact_url
-from airflow_odf.odf.storage.url import StoreCredentials, join_url, open_store
+from airflow_odf.odf.storage.url import StoreCredentials, join_url, open_store, spark_s3a_conf
+from airflow_odf.utils.s3a import S3A_SECRET_KEYS, with_s3a_conf
 
 SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
 #: Extras that hold secrets, masked whatever Airflow's list of sensitive field names says.
@@ -68,10 +69,10 @@ class OdfRepoHook(BaseHook):
 
         S3: `aws_conn_id` names an AWS connection (login = access key id, password = secret, extras
         `endpoint_url`, `region_name`), or the keys are in this connection's extras; otherwise boto3's
-        default chain applies; `spark_s3a: true` lets the Spark cluster read the bucket itself (it must
-        have hadoop-aws and credentials). HTTP: `token` or the password field (a bearer token),
-        `timeout`, `retries`, `object_deadline` (seconds per object; default `$ODF_HTTP_OBJECT_DEADLINE`
-        or 600).
+        default chain applies; `spark_s3a: true` lets the engine read and write the bucket itself
+        over `s3a://` (`engine_spark_conf` gives it the jars and settings). HTTP: `token` or the
+        password field (a bearer token), `timeout`, `retries`, `object_deadline` (seconds per object;
+        default `$ODF_HTTP_OBJECT_DEADLINE` or 600).
         """
         own = self._connection(self.odf_conn_id)
         extra = own.extra_dejson
@@ -101,6 +102,16 @@ class OdfRepoHook(BaseHook):
             engine_scheme="s3a" if extra.get("spark_s3a") in (True, "true", "True", "1") else None,
         )
 
+    def engine_spark_conf(self, conf: dict[str, str] | None = None) -> dict[str, str]:
+        """The Spark conf of an engine that works on this repository: `conf` (the task's), plus, with
+        `spark_s3a: true` on an S3 repository, the s3a jars and settings from the connection (endpoint,
+        region, path-style access, keys: see `spark_s3a_conf`). The keys are registered with the
+        secrets masker; the runners keep them off command lines."""
+        s3a = spark_s3a_conf(self.repository_url(), self.store_credentials())
+        for key in S3A_SECRET_KEYS & s3a.keys():
+            mask_secret(s3a[key])
+        return with_s3a_conf(conf or {}, s3a)
+
     def dataset_url(self, name: str) -> str:
         """Where dataset `name` lives in this repository when it is a remote: `<repository URL>/<name>`."""
         return join_url(self.repository_url(), name)
@@ -111,7 +122,7 @@ class OdfRepoHook(BaseHook):
 
     def open_repository(self, *, create: bool = False) -> Repository:
         """A `file://` repository, or one under an S3 prefix (the engine then works on local staged
-        copies, or reads the bucket itself when the extras say `"spark_s3a": true`)."""
+        copies, or reaches the bucket itself when the extras say `"spark_s3a": true`)."""
         url = self.repository_url()
         parts = urlsplit(url)
         if parts.scheme in ("http", "https"):

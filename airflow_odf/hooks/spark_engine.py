@@ -7,9 +7,11 @@ job. We add what the engine contract needs: the job script, this package as `--p
 request / response files. A missing Spark connection fails the task clearly — the hook alone would
 silently fall back to YARN. On a `local` master, small jobs start with the fast-start JVM options of
 `airflow_odf.odf.engine_client.fast_start` (off with `[odf] engine_fast_start = False`). Spark logs at
-`[odf] spark_log_level` (default WARN, `spark_logging`). A driver that runs on this machine (client
-deploy mode) dies with the task's process, even when that is killed with SIGKILL (`parent_death`);
-on a cluster, `on_kill` stops the application the Spark provider's way.
+`[odf] spark_log_level` (default WARN, `spark_logging`). The S3 keys of an s3a conf
+(`S3A_SECRET_KEYS`) never reach the command line, which every user of the machine can see: they go to
+spark-submit in a properties file only the task's user can read, removed when the job ends. A driver
+that runs on this machine (client deploy mode) dies with the task's process, even when that is killed
+with SIGKILL (`parent_death`); on a cluster, `on_kill` stops the application the Spark provider's way.
 
 A connection of the Spark provider's type `spark_connect` names a long-running Spark Connect server
 (`odf engine serve`); its `SparkConnectHook` gives the `sc://` URL with the token (password), user id
@@ -33,6 +35,7 @@ from airflow_odf.odf.engine_client.runner import EngineRunError, EngineRunner, j
 from airflow_odf.odf.engine_client.spark_logging import spark_log_level, with_log_level
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.utils.parent_death import parent_death_preexec
+from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 
 SPARK_CONNECT_CONN_TYPE = SparkConnectHook.conn_type
 
@@ -51,6 +54,15 @@ def connection_type(conn_id: str) -> str | None:
         return BaseHook.get_connection(conn_id).conn_type
     except AirflowNotFoundException:
         return None
+
+
+class _SubmitHook(SparkSubmitHook):
+    """The Spark provider's hook, with a `--properties-file` (the job's secrets) read in addition to
+    spark-defaults.conf rather than instead of it (spark-submit's `--load-spark-defaults`, Spark >= 4)."""
+
+    def _build_spark_common_args(self) -> list[str]:
+        args = super()._build_spark_common_args()
+        return [*args, "--load-spark-defaults"] if self._properties_file else args
 
 
 class SparkSubmitEngineRunner:
@@ -91,12 +103,15 @@ class SparkSubmitEngineRunner:
         connection = self._connection()
         request_path, response_path = work_dir / "request.json", work_dir / "response.json"
         request_path.write_text(request_json, encoding="utf-8")
-        self._hook = SparkSubmitHook(
-            conf=self._job_conf(connection, request_json, work_dir),
+        conf, secrets = split_secrets(self._job_conf(connection, request_json, work_dir))
+        secrets_path = work_dir / "spark-secrets.properties"
+        self._hook = _SubmitHook(
+            conf=conf,
             conn_id=self.conn_id,
             py_files=str(package_archive(work_dir.parent / "py-files")),
             name=self.name,
             application_args=["--request", str(request_path), "--response", str(response_path)],
+            properties_file=str(write_secret_properties(secrets_path, secrets)) if secrets else None,
         )
         try:  # a local driver dies with this process, also when it is killed with SIGKILL
             self._hook.submit(str(job_script()), cwd=str(work_dir), preexec_fn=parent_death_preexec())
@@ -105,6 +120,7 @@ class SparkSubmitEngineRunner:
                 raise EngineRunError(f"the Spark job failed before it answered: {e}") from None
         finally:
             self._hook = None
+            secrets_path.unlink(missing_ok=True)
         if not response_path.exists():
             raise EngineRunError("the Spark job finished without writing its response")
         return response_path.read_text(encoding="utf-8")

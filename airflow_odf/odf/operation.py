@@ -5,6 +5,7 @@ staging of written slices and checkpoints for the commit, and the result a task 
 
 from __future__ import annotations
 
+import re
 import shutil
 import uuid
 from collections.abc import Mapping
@@ -15,11 +16,12 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from airflow_odf.odf.chain.dataset import Dataset, StagedObject
+from airflow_odf.odf.chain.dataset import STAGING_PREFIX, Dataset, StagedObject
 from airflow_odf.odf.chain.reconcile import Reconciliation
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
     IngestResponse,
+    InputFile,
     OutputSlice,
     SqlStep,
     schema_from_text,
@@ -27,7 +29,7 @@ from airflow_odf.odf.engine_client.contract import (
 )
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
-from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
 from airflow_odf.odf.hashing.parquet_hashes import (
     HashedParts,
     KnownColumn,
@@ -155,17 +157,95 @@ def schema_events(state: ChainState, response: IngestResponse, alias: str, polic
     )
 
 
+@dataclass(frozen=True)
+class Staging:
+    """Where the engine writes an operation's output when it writes into the dataset's bucket itself
+    (`ObjectStore.engine_writes_in_place`): `cache/operations/<operation id>/` in the dataset's store.
+    The commit copies what it names from there, and the folder is emptied once the commit is done; a
+    failed or killed operation leaves it to `odf gc` (by age: S3 has no locks to tell a live one)."""
+
+    key: str  # the folder's key in the dataset's store
+    uri: str  # the same folder as the engine names it (`s3a://bucket/...`)
+
+    @classmethod
+    def of(cls, dataset: Dataset, op_dir: Path) -> Staging | None:
+        """The operation's staging folder, or None when the engine writes to the local folder."""
+        if not dataset.store.engine_writes_in_place:
+            return None
+        key = f"{STAGING_PREFIX}/{op_dir.name}"
+        uri = dataset.store.engine_uri(key)
+        return None if uri is None else cls(key, uri)
+
+    @property
+    def out_dir(self) -> str:
+        return f"{self.uri}/out"
+
+    def key_of(self, uri: str) -> str:
+        """The store key of a file the engine wrote (it must be inside this folder)."""
+        if not uri.startswith(f"{self.uri}/"):
+            raise IngestError("engine", f"the engine wrote {uri}, outside the operation's folder {self.uri}")
+        return f"{self.key}/{uri.removeprefix(self.uri + '/')}"
+
+    def clear(self, dataset: Dataset) -> None:
+        """Removes everything the operation staged (after its commit, or when it had nothing to commit)."""
+        for key, _ in list(dataset.store.list_tree(self.key)):
+            dataset.store.delete(key)
+
+
+def engine_out_dir(staging: Staging | None, op_dir: Path) -> str:
+    """Where the engine writes: the staging folder in the bucket, else the local operation folder."""
+    return staging.out_dir if staging is not None else str(op_dir / "out")
+
+
+def engine_inputs(dataset: Dataset, staging: Staging | None, inputs: list[InputFile]) -> list[InputFile]:
+    """The inputs as the engine reads them: files on this disk are uploaded into the staging folder
+    first when the engine runs where it cannot see this disk (that is the source data entering the
+    repository's bucket, once); others are left as they are."""
+    if staging is None:
+        return inputs
+    staged = []
+    for index, item in enumerate(inputs):
+        local = Path(item.path)
+        if "://" in item.path or not local.is_file():
+            staged.append(item)
+            continue
+        key = f"{staging.key}/inputs/{index:05d}-{_safe_name(local.name)}"
+        dataset.store.put_file(key, local)
+        uri = dataset.store.engine_uri(key)
+        assert uri is not None  # the store writes in place, so it names its objects for the engine
+        staged.append(InputFile(uri, item.source_event_time, size=local.stat().st_size))
+    return staged
+
+
+def _safe_name(name: str) -> str:
+    """A file name as a key part that every S3 client and URI parser reads back unchanged (the
+    extension is kept: readers go by it, e.g. for compression)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".") or "input"
+
+
 def stage_slice(
     written: OutputSlice,
     known: Mapping[str, KnownColumn] | None = None,
     parts: HashedParts | None = None,
     *,
     flush: bool = False,
+    staging: Staging | None = None,
 ) -> tuple[model.DataSlice, StagedObject]:
     """The DataSlice of a written file (both hashes, offsets, size) and its move into `data/`; `known`,
     `parts`: columns hashed ahead (`parquet_hashes`). `flush`: the file will stay on this disk, so its
     pages are written out while it is hashed (I/O under CPU work), and the commit's fsync finds them
-    there."""
+    there. `staging`: the engine wrote the file into the bucket and hashed it there (the engine is
+    trusted, as the ODF model has it): its hashes and size are taken, and the commit copies it."""
+    interval = model.OffsetInterval(start=written.offset_start, end=written.offset_end)
+    if staging is not None:
+        physical = _engine_hash(written.physical_hash, SHA3_256, written.path)
+        logical = _engine_hash(written.logical_hash, ARROW0_SHA3_256, written.path)
+        if written.size is None:
+            raise IngestError("engine", f"the engine did not say the size of {written.path}")
+        data_slice = model.DataSlice(
+            logical_hash=logical, physical_hash=physical, offset_interval=interval, size=written.size
+        )
+        return data_slice, StagedObject(f"data/{physical}", source_key=staging.key_of(written.path))
     path = Path(written.path)
     with ThreadPoolExecutor(1, thread_name_prefix="odf-flush") as flusher:
         flushed = flusher.submit(fsync_path, path) if flush else None
@@ -173,10 +253,7 @@ def stage_slice(
         if flushed is not None:
             flushed.result()
     data_slice = model.DataSlice(
-        logical_hash=logical,
-        physical_hash=physical,
-        offset_interval=model.OffsetInterval(start=written.offset_start, end=written.offset_end),
-        size=path.stat().st_size,
+        logical_hash=logical, physical_hash=physical, offset_interval=interval, size=path.stat().st_size
     )
     return data_slice, StagedObject(f"data/{physical}", path)
 
@@ -187,8 +264,40 @@ def stage_checkpoint(path: Path) -> tuple[model.Checkpoint, StagedObject]:
     return checkpoint, StagedObject(f"checkpoints/{checkpoint.physical_hash}", path)
 
 
+def stage_engine_checkpoint(
+    response: IngestResponse, staging: Staging | None
+) -> tuple[model.Checkpoint, StagedObject] | None:
+    """The engine's new merge state, if it wrote one: a local file hashed here, or a file in the
+    bucket with the hash and size the engine gave (`stage_slice`)."""
+    path = response.new_checkpoint_path
+    if path is None:
+        return None
+    if staging is None:
+        return stage_checkpoint(Path(path))
+    physical = _engine_hash(response.new_checkpoint_physical_hash, SHA3_256, path)
+    if response.new_checkpoint_size is None:
+        raise IngestError("engine", f"the engine did not say the size of {path}")
+    checkpoint = model.Checkpoint(physical_hash=physical, size=response.new_checkpoint_size)
+    return checkpoint, StagedObject(f"checkpoints/{physical}", source_key=staging.key_of(path))
+
+
+def _engine_hash(text: str | None, code: int, path: str) -> Multihash:
+    """A hash the engine reported for a file it wrote, checked for its form."""
+    try:
+        found = Multihash.parse(text or "")
+    except OdfError as e:
+        raise IngestError("engine", f"the engine's hash of {path} is not a multihash: {e}") from None
+    if found.code != code:
+        raise IngestError("engine", f"the engine's hash of {path} has multihash code {found.code:#x}")
+    return found
+
+
 def _no_nulls(response: IngestResponse, column: str) -> bool:
     for written in response.slices:
+        if written.null_columns is not None:  # the engine looked at the file where it wrote it
+            if column in written.null_columns:
+                return False
+            continue
         meta = pq.ParquetFile(written.path).metadata
         idx = meta.schema.to_arrow_schema().get_field_index(column)
         for rg in range(meta.num_row_groups):

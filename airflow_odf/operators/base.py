@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from airflow.exceptions import AirflowNotFoundException
 from airflow.sdk import AssetAlias, BaseOperator, Context
 from airflow.sdk.configuration import conf
 
@@ -102,13 +103,22 @@ class OdfBaseOperator(BaseOperator):
             from airflow_odf.engine.local_runner import LocalSparkRunner  # pyspark in the worker
 
             master = self.spark_conf.get("spark.master", "local[*]")
-            self._runner = LocalSparkRunner(master, with_fast_start(self.spark_conf, master, None))
+            self._runner = LocalSparkRunner(master, with_fast_start(self.engine_conf(), master, None))
         elif self.engine == "spark-connect" or connection_type(self.spark_conn_id) == SPARK_CONNECT_CONN_TYPE:
+            # a Connect server gets its s3a jars and settings when it starts (`odf engine serve --s3a`)
             self._runner = SparkConnectEngineRunner(self.spark_conn_id, conf=self.spark_conf)
         else:
             name = f"odf-{self.dag_id}-{self.task_id}"
-            self._runner = SparkSubmitEngineRunner(self.spark_conn_id, conf=self.spark_conf, name=name)
+            self._runner = SparkSubmitEngineRunner(self.spark_conn_id, conf=self.engine_conf(), name=name)
         return self._runner
+
+    def engine_conf(self) -> dict[str, str]:
+        """The task's Spark conf plus the s3a jars and settings of the repository connection
+        (`spark_s3a`); without that connection (opening the repository reports it), the task's."""
+        try:
+            return OdfRepoHook(self.odf_conn_id).engine_spark_conf(self.spark_conf)
+        except AirflowNotFoundException:
+            return dict(self.spark_conf)
 
     @staticmethod
     def work_dir(repo: Repository) -> Path:

@@ -21,6 +21,7 @@ from airflow_odf.engine.writer import (
 from airflow_odf.odf.hashing import arrow_digest as logical_hash
 from airflow_odf.odf.hashing import parquet_hashes as logical_hash_pq
 from airflow_odf.utils.engine_json import Vocab
+from airflow_odf.utils.hashing import arrow_digest as shared_digest
 
 SYSTEM_TIME = datetime(2024, 5, 1, 12, 30, 15, 123456, tzinfo=timezone.utc)
 VOCAB = Vocab()
@@ -203,9 +204,9 @@ def test_spark_strings_are_hashed_from_their_dictionary_unless_they_fell_back(
     column = pq.read_metadata(path).row_group(0)
     assert "PLAIN" not in column.column(0).encodings and "PLAIN" in column.column(1).encodings
     calls: list[int] = []
-    stream = logical_hash._dictionary_stream
+    stream = shared_digest._dictionary_stream
     monkeypatch.setattr(
-        logical_hash, "_dictionary_stream", lambda arr, valid: calls.append(len(arr)) or stream(arr, valid)
+        shared_digest, "_dictionary_stream", lambda arr, valid: calls.append(len(arr)) or stream(arr, valid)
     )
     logical, _ = logical_hash_pq.parquet_hashes(path)
     assert logical == logical_hash.logical_hash_of_table(pq.read_table(path))

@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from airflow_odf.odf.errors import OdfFormatError
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
-from airflow_odf.odf.hashing import arrow_digest as lh
 from airflow_odf.odf.hashing import parquet_hashes as pqh
 from airflow_odf.odf.hashing.arrow_digest import RecordDigest, logical_hash_of_table
 from airflow_odf.odf.hashing.parquet_hashes import (
@@ -30,6 +29,7 @@ from airflow_odf.odf.hashing.parquet_hashes import (
     parquet_hashes,
     physical_hash_of_file,
 )
+from airflow_odf.utils.hashing import arrow_digest as shared_digest
 
 # --------------------------------------------------------------------------------------------------
 # Literal reference (§D), one value at a time
@@ -560,8 +560,8 @@ def test_chunked_hashing_of_large_batches(monkeypatch: pytest.MonkeyPatch) -> No
         }
     )
     whole = digest(table)
-    monkeypatch.setattr(lh, "CHUNK_ROWS", 37)
-    monkeypatch.setattr(lh, "_CHUNK_BYTES", 50)
+    monkeypatch.setattr(shared_digest, "CHUNK_ROWS", 37)
+    monkeypatch.setattr(shared_digest, "_CHUNK_BYTES", 50)
     assert digest(table) == whole == ref_digest(table.schema, table.to_batches())
 
 
@@ -749,8 +749,8 @@ def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
     that fell back to plain, pieces of bounded size). pyarrow's files are read so only when made to
     (their dictionary pages are marked PLAIN, like fallback pages); Spark's: tests/engine/test_writer.py."""
     monkeypatch.setattr(pqh, "_dictionary_only", lambda column: column.has_dictionary_page)
-    monkeypatch.setattr(lh, "_CHUNK_BYTES", chunk_bytes)
-    monkeypatch.setattr(lh, "CHUNK_ROWS", 37)
+    monkeypatch.setattr(shared_digest, "_CHUNK_BYTES", chunk_bytes)
+    monkeypatch.setattr(shared_digest, "CHUNK_ROWS", 37)
     monkeypatch.setattr(pqh, "CHUNK_ROWS", 37)  # the rows per batch read from the file
     n = 1_000
     rng = np.random.default_rng(11)
@@ -769,9 +769,9 @@ def test_dictionary_encoded_strings_are_hashed_from_their_dictionary(
     metadata = pq.read_metadata(path)
     assert all(metadata.row_group(r).column(2).has_dictionary_page for r in range(4))
     calls: list[int] = []
-    stream = lh._dictionary_stream
+    stream = shared_digest._dictionary_stream
     monkeypatch.setattr(
-        lh, "_dictionary_stream", lambda arr, valid: calls.append(len(arr)) or stream(arr, valid)
+        shared_digest, "_dictionary_stream", lambda arr, valid: calls.append(len(arr)) or stream(arr, valid)
     )
     logical, _ = parquet_hashes(path)
     assert logical == logical_hash_of_table(table)

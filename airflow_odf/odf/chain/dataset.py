@@ -24,6 +24,9 @@ from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectStore
 
 HEAD_REF = "refs/head"
+#: Where an engine that writes into the dataset's bucket stages an operation's output
+#: (`cache/operations/<operation id>/`) until the commit copies it to its content address.
+STAGING_PREFIX = "cache/operations"
 
 
 class CorruptDatasetError(OdfError):
@@ -60,11 +63,14 @@ def _expected(value: ExpectedHead) -> Multihash | _CurrentHead | None:
 
 @dataclass(frozen=True)
 class StagedObject:
-    """A local file to store as `data/<hash>` or `checkpoints/<hash>` in the same commit."""
+    """An object to store as `data/<hash>` or `checkpoints/<hash>` in the same commit: a local file
+    (`path`), or an object the engine wrote into the same store (`source_key`, in its staging area),
+    which is copied inside the store."""
 
     key: str
-    path: Path
+    path: Path | None = None
     move: bool = True
+    source_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -251,8 +257,14 @@ class Dataset:
 
     def _store_objects(self, objects: Sequence[StagedObject]) -> None:
         for obj in objects:
-            if not self.store.exists(obj.key):
+            if self.store.exists(obj.key):
+                continue
+            if obj.source_key is not None:
+                self.store.copy(obj.source_key, obj.key)
+            elif obj.path is not None:
                 self.store.put_file(obj.key, obj.path, move=obj.move)
+            else:
+                raise ValueError(f"staged object {obj.key} has neither a local file nor a source key")
 
     def _move_head(self, old: Multihash | None, new: Multihash | None) -> None:
         """CAS against the ref's exact stored bytes (another tool may have written it with a newline)."""

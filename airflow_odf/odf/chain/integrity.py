@@ -17,7 +17,7 @@ import stat
 import time
 from dataclasses import dataclass
 
-from airflow_odf.odf.chain.dataset import HEAD_REF, Dataset, block_key
+from airflow_odf.odf.chain.dataset import HEAD_REF, STAGING_PREFIX, Dataset, block_key
 from airflow_odf.odf.chain.rules import ChainState, apply_block
 from airflow_odf.odf.chain.summary import SUMMARY_KEY, state_to_json
 from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, OdfError
@@ -204,9 +204,13 @@ def reachable_keys(dataset: Dataset) -> set[str]:
 
 
 def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str]:
-    """Deletes blocks, data and checkpoints unreachable from the head and older than `min_age_seconds`.
+    """Deletes blocks, data and checkpoints unreachable from the head and older than `min_age_seconds`,
+    and what failed or killed operations left in the engine's staging area (`cache/operations/`, in a
+    bucket the engine writes itself).
 
-    The age guard protects a commit in progress, whose objects land before its head moves. A dataset
+    The age guard protects a commit in progress, whose objects land before its head moves, and an
+    operation still running (an object store has no locks to tell a live operation: age is the rule,
+    so `min_age_seconds` must exceed the longest operation). A dataset
     whose head cannot be read (or is missing) or whose chain cannot be followed to its Seed raises
     CorruptDatasetError before anything is deleted: what it references cannot be known. Links are
     removed, never followed.
@@ -229,6 +233,10 @@ def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str
             if _old_file(directories[prefix] / key.removeprefix(f"{prefix}/"), now, min_age_seconds):
                 dataset.store.delete(key)
                 removed.append(key)
+    for key, modified in list(dataset.store.list_tree(STAGING_PREFIX)):
+        if now - modified >= min_age_seconds:
+            dataset.store.delete(key)
+            removed.append(key)
     return removed
 
 

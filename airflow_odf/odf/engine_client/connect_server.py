@@ -12,16 +12,20 @@ stops its context in its shutdown hook) and SIGKILL if it has not exited after `
 
 A server with a token requires it of every client (Spark's pre-shared bearer token). The token goes to
 the server in its environment (`SPARK_CONNECT_AUTHENTICATE_TOKEN`, which only its owner can read), never
-on its command line, which `ps` shows to every user of the machine.
+on its command line, which `ps` shows to every user of the machine. S3 keys in its conf
+(`S3A_SECRET_KEYS`, `odf engine serve --s3a`) go in a properties file only its owner can read, removed
+when the server stops.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from collections import deque
@@ -36,6 +40,7 @@ from airflow_odf.odf.engine_client.fast_start import (
     spark_home,
 )
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 from airflow_odf.utils.spark_conf import ODF_SPARK_CONF
 
 _log = logging.getLogger(__name__)
@@ -109,7 +114,8 @@ class ConnectServer:
         self.master = master
         self.host = host
         self.port = port
-        self.conf = dict(conf or {})
+        self.conf, self._secrets = split_secrets(dict(conf or {}))
+        self._secrets_dir: Path | None = None
         self.token = token
         self.log = log
         self._process: subprocess.Popen[str] | None = None
@@ -122,8 +128,9 @@ class ConnectServer:
         host = socket.getfqdn() if self.host in _WILDCARD_HOSTS else self.host
         return f"sc://[{host}]:{self.port}" if ":" in host else f"sc://{host}:{self.port}"
 
-    def command(self, home: Path, jar: Path) -> list[str]:
-        """The `spark-submit` command line that runs the server."""
+    def command(self, home: Path, jar: Path, secrets_file: Path | None = None) -> list[str]:
+        """The `spark-submit` command line that runs the server; `secrets_file` holds the conf that must
+        not be on it (read in addition to spark-defaults.conf)."""
         conf = {
             **ODF_SPARK_CONF,
             **self.conf,
@@ -134,6 +141,8 @@ class ConnectServer:
         cmd = [str(home / "bin" / "spark-submit"), "--master", self.master, "--name", "odf-engine-serve"]
         for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
+        if secrets_file is not None:
+            cmd += ["--properties-file", str(secrets_file), "--load-spark-defaults"]
         return [*cmd, "--class", SERVER_CLASS, str(jar)]
 
     def start(self, timeout: float = START_TIMEOUT, cancel: threading.Event | None = None) -> str:
@@ -151,8 +160,12 @@ class ConnectServer:
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         jar = connect_jar(home)
         assert jar is not None  # checked by _check_installation
+        secrets_file = None
+        if self._secrets:
+            self._secrets_dir = Path(tempfile.mkdtemp(prefix="odf-engine-serve-"))  # mode 0700
+            secrets_file = write_secret_properties(self._secrets_dir / "secrets.properties", self._secrets)
         self._process = subprocess.Popen(
-            self.command(home, jar),
+            self.command(home, jar, secrets_file),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -237,6 +250,9 @@ class ConnectServer:
     def stop(self) -> None:
         """Stops the server and its JVM: SIGTERM to its process group, SIGKILL after `STOP_TIMEOUT`."""
         process, self._process = self._process, None
+        if self._secrets_dir is not None:  # read by the server when it started
+            shutil.rmtree(self._secrets_dir, ignore_errors=True)
+            self._secrets_dir = None
         if process is None or process.poll() is not None:
             return
         try:

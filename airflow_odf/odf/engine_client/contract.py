@@ -44,6 +44,7 @@ class InputFile:
 
     path: str
     source_event_time: str | None = None  # RFC 3339, UTC
+    size: int | None = None  # bytes, when the file is not on the engine's disk (it sizes its partitions)
 
 
 @dataclass
@@ -64,7 +65,9 @@ class IngestRequest:
     inputs: list[InputFile]
     read: dict[str, Any]  # ODF ReadStep in manifest JSON form
     merge: dict[str, Any]  # ODF MergeStrategy in manifest JSON form
-    out_dir: str  # the engine writes its data files, checkpoint and quarantine here
+    # the engine writes its data files, checkpoint and quarantine here: a local folder, or a URI in
+    # the repository's bucket (`s3a://...`), where it then hashes what it wrote (OutputSlice)
+    out_dir: str
     vocab: Vocab = field(default_factory=Vocab)
     read_schema: str | None = None  # Arrow schema from read.schema / read.ddlSchema, resolved by the core
     preprocess: list[SqlStep] | None = None  # Spark SQL over the view `input`; the last step is the output
@@ -177,13 +180,21 @@ class InferResponse:
 
 @dataclass
 class OutputSlice:
-    """One written data file: a contiguous offset range, becomes one DataSlice / AddData block."""
+    """One written data file: a contiguous offset range, becomes one DataSlice / AddData block.
+
+    An engine that writes into the repository's bucket (`out_dir` a URI) hashes the file where it
+    wrote it and says so here: its hashes (multihash text), size and the columns that hold nulls; the
+    core then commits it by a copy inside the bucket, without reading it."""
 
     path: str
     offset_start: int
     offset_end: int
     num_records: int
     max_event_time: str | None = None
+    physical_hash: str | None = None
+    logical_hash: str | None = None
+    size: int | None = None
+    null_columns: list[str] | None = None
 
 
 @dataclass
@@ -200,6 +211,9 @@ class IngestResponse:
     slices: list[OutputSlice] = field(default_factory=list)
     max_event_time: str | None = None  # over all new records
     new_checkpoint_path: str | None = None
+    # with an `out_dir` URI: the merge state file's physical hash (multihash text) and size
+    new_checkpoint_physical_hash: str | None = None
+    new_checkpoint_size: int | None = None
     num_quarantined: int = 0
     quarantine_path: str | None = None
     engine: dict[str, str] = field(default_factory=dict)  # name and version, recorded in block extras

@@ -22,6 +22,7 @@ from airflow_odf.odf.engine_client.fast_start import fast_start_conf, local_spar
 from airflow_odf.odf.engine_client.spark_logging import with_log_level
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.utils.parent_death import parent_death_preexec
+from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL
 
 _log = logging.getLogger(__name__)
@@ -91,12 +92,19 @@ class SparkSubmitRunner:
         self.fast_start = fast_start
 
     def command(
-        self, requests: Sequence[tuple[Path, Path]], archive: Path, conf: Mapping[str, str] | None = None
+        self,
+        requests: Sequence[tuple[Path, Path]],
+        archive: Path,
+        conf: Mapping[str, str] | None = None,
+        secrets_file: Path | None = None,
     ) -> list[str]:
-        """The command line of one job answering each (request, response) pair in turn."""
+        """The command line of one job answering each (request, response) pair in turn; `secrets_file`
+        holds the conf that must not be on it (read in addition to spark-defaults.conf)."""
         cmd = [self.spark_submit, "--master", self.master, "--name", "airflow-odf-ingest"]
         for key, value in {"spark.ui.enabled": "false", **(self.conf if conf is None else conf)}.items():
             cmd += ["--conf", f"{key}={value}"]
+        if secrets_file is not None:
+            cmd += ["--properties-file", str(secrets_file), "--load-spark-defaults"]
         cmd += ["--py-files", str(archive), *self.extra_args, str(job_script())]
         for request_path, response_path in requests:
             cmd += ["--request", str(request_path), "--response", str(response_path)]
@@ -112,8 +120,23 @@ class SparkSubmitRunner:
         return response_path.read_text(encoding="utf-8")
 
     def submit(self, requests: Sequence[tuple[Path, Path]], work_dir: Path, conf: Mapping[str, str]) -> None:
-        """Runs one job over the written requests; fails unless every response was written."""
-        cmd = self.command(requests, package_archive(work_dir.parent / "py-files"), conf)
+        """Runs one job over the written requests; fails unless every response was written. The S3 keys
+        of `conf` go to spark-submit in a file only this user can read, never on its command line."""
+        public, secrets = split_secrets(dict(conf))
+        secrets_file = (
+            write_secret_properties(work_dir / "spark-secrets.properties", secrets) if secrets else None
+        )
+        try:
+            self._submit(
+                self.command(requests, package_archive(work_dir.parent / "py-files"), public, secrets_file),
+                requests,
+                work_dir,
+            )
+        finally:
+            if secrets_file is not None:
+                secrets_file.unlink(missing_ok=True)
+
+    def _submit(self, cmd: list[str], requests: Sequence[tuple[Path, Path]], work_dir: Path) -> None:
         self.log("spark-submit: " + " ".join(cmd))
         env = {**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")}
         try:

@@ -13,9 +13,8 @@ from typing import ClassVar
 
 from airflow_odf.odf.errors import OdfFormatError, quoted
 from airflow_odf.odf.limits import MAX_MULTIBASE_CHARS
+from airflow_odf.utils.hashing.multihash import ARROW0_SHA3_256, SHA3_256, encode_varint
 
-SHA3_256 = 0x16
-ARROW0_SHA3_256 = 0x300016
 ED25519_PUB = 0xED
 ODF_METADATA_BLOCK = 0x400000
 ODF_DATASET_SNAPSHOT = 0x400001
@@ -27,21 +26,6 @@ _BASE58_INDEX = {c: i for i, c in enumerate(_BASE58_ALPHABET)}
 # --------------------------------------------------------------------------------------------------
 # varint
 # --------------------------------------------------------------------------------------------------
-
-
-def encode_varint(value: int) -> bytes:
-    """Unsigned LEB128, as multiformats use it."""
-    if value < 0:
-        raise ValueError("varint must be non-negative")
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def decode_varint(data: bytes, pos: int = 0) -> tuple[int, int]:

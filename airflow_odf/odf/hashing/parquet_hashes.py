@@ -34,6 +34,7 @@ from airflow_odf.odf.hashing.arrow_digest import (
     is_varlen,
     unwrap,
 )
+from airflow_odf.utils.hashing.file_hashes import PARQUET_BATCH_SIZE
 
 __all__ = [
     "HashedParts",
@@ -46,8 +47,6 @@ __all__ = [
     "physical_hash_of_file",
 ]
 
-PARQUET_BATCH_SIZE = 10_000
-"""Rows per batch when reading parquet, as the reference (`get_parquet_logical_hash`)."""
 _FILE_CHUNK = 1 << 20
 
 

@@ -30,11 +30,14 @@ from airflow_odf.odf.ingest.sources import Source
 from airflow_odf.odf.operation import (
     IngestError,
     IngestResult,
+    Staging,
+    engine_inputs,
+    engine_out_dir,
     local_object,
     read_schema_text,
     schema_events,
     sql_steps,
-    stage_checkpoint,
+    stage_engine_checkpoint,
     stage_slice,
 )
 from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
@@ -125,6 +128,7 @@ def run_and_commit(
         _merge_state_inputs(dataset, state, op_dir) if stateful and inputs else (None, [], 0)
     )
     response = IngestResponse()
+    staging = Staging.of(dataset, op_dir)
     if inputs:
         request = IngestRequest(
             operation_id=op_dir.name,
@@ -132,10 +136,10 @@ def run_and_commit(
             dataset_alias=alias,
             system_time=system_time.isoformat(),
             next_offset=0 if state.last_offset is None else state.last_offset + 1,
-            inputs=inputs,
+            inputs=engine_inputs(dataset, staging, inputs),
             read=union_to_plain(model.ReadStep, source.read),
             merge=merge_plain,
-            out_dir=str(op_dir / "out"),
+            out_dir=engine_out_dir(staging, op_dir),
             vocab=Vocab.of(state.vocab),
             read_schema=read_schema_text(source.read, alias),
             preprocess=None if source.preprocess is None else sql_steps(source.preprocess),
@@ -155,11 +159,17 @@ def run_and_commit(
             raise IngestError(response.error.kind, f"{alias}: {response.error.message}")
         if response.num_quarantined:
             options.log(f"{alias}: {response.num_quarantined} bad record(s) quarantined in the operation")
-    events, objects = _events(state, response, new_source_state, options, alias, dataset.on_local_disk)
+    events, objects = _events(
+        state, response, new_source_state, options, alias, dataset.on_local_disk, staging
+    )
     if not events:
         result.quarantined += response.num_quarantined
+        if staging is not None:
+            staging.clear(dataset)
         return state
     commit = dataset.commit(events, system_time=system_time, expected_head=state.head, objects=objects)
+    if staging is not None:
+        staging.clear(dataset)
     result.new_head = str(commit.new_head)
     result.new_blocks += [str(h) for h in commit.new_blocks]
     result.records += response.num_records
@@ -175,9 +185,11 @@ def _events(
     options: IngestOptions,
     alias: str,
     flush: bool,
+    staging: Staging | None,
 ) -> tuple[list[Any], list[StagedObject]]:
     """SetDataSchema (first time) and the AddData blocks for what the engine wrote; [] if nothing changed.
-    `flush`: the slices stay on this disk (`stage_slice`)."""
+    `flush`: the slices stay on this disk; `staging`: the engine wrote and hashed them in the bucket
+    (`stage_slice`)."""
     events: list[Any] = schema_events(state, response, alias, options.schema_policy)
     objects: list[StagedObject] = []
     watermark = state.watermark
@@ -185,15 +197,16 @@ def _events(
     prev_checkpoint = state.checkpoint.physical_hash if state.checkpoint else None
     extra = {ENGINE_EXTRA_KEY: response.engine, **(options.extra or {})} if response.engine else options.extra
     checkpoint = None
-    if response.new_checkpoint_path:
-        checkpoint, staged = stage_checkpoint(Path(response.new_checkpoint_path))
+    staged_checkpoint = stage_engine_checkpoint(response, staging)
+    if staged_checkpoint is not None:
+        checkpoint, staged = staged_checkpoint
         objects.append(staged)
     *middle, last = response.slices or [None]
     new_data = None
     for written in [*middle, last]:
         if written is None:
             break
-        new_data, staged = stage_slice(written, flush=flush)
+        new_data, staged = stage_slice(written, flush=flush, staging=staging)
         objects.append(staged)
         if written.max_event_time is not None:
             watermark = _max(watermark, Timestamp.parse(written.max_event_time))

@@ -19,11 +19,13 @@ from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
+from airflow_odf.odf.ingest.fetch.types import EngineS3
 from airflow_odf.odf.ingest.iteration import Run, new_result, root_state, run_and_commit
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.prepare import prepare
 from airflow_odf.odf.ingest.sources import POLLING_SOURCE_NAME, Source
 from airflow_odf.odf.operation import IngestError, IngestResult, operation_dir
+from airflow_odf.odf.storage.s3 import S3ObjectStore
 
 
 def pull_polling(
@@ -84,12 +86,21 @@ class _Poller:
                     fetch_uncacheable=options.fetch_uncacheable,
                     files_per_batch=options.files_per_batch,
                     base_dir=options.source_dir,
+                    engine_s3=self.engine_s3(source),
                     trust=options.trust,
                     log=options.log,
                 ),
             )
             self._fetcher_for = key
         return self._fetcher
+
+    def engine_s3(self, source: model.SetPollingSource) -> EngineS3 | None:
+        """The S3 endpoint the engine reads itself (the repository's, with `engine_scheme`), unless a
+        prepare step needs the fetched files on this disk."""
+        store = self.run.dataset.store
+        if source.prepare or not isinstance(store, S3ObjectStore) or store.engine_scheme is None:
+            return None
+        return EngineS3(store.engine_scheme, store.endpoint_url)
 
     def cache_dir(self, state: ChainState) -> Path:
         """Where downloads of this dataset's source go (removed once ingested)."""
@@ -114,10 +125,11 @@ class _Poller:
                 inputs = [
                     InputFile(
                         # absolute: the engine's working directory is not ours (a session started elsewhere)
-                        os.path.abspath(
+                        f.uri
+                        or os.path.abspath(
                             prepare(
                                 source.prepare or [],
-                                f.path,
+                                _local(f.path),
                                 op_dir,
                                 allow_shell=options.trust.allow_shell_steps,
                             )
@@ -132,6 +144,12 @@ class _Poller:
                 self.last_head = state.head
         finally:
             for f in fetched.files:  # downloads, not the user's own files (file://, FilesGlob)
-                if f.path.is_relative_to(cache_dir):
+                if f.path is not None and f.path.is_relative_to(cache_dir):
                     f.path.unlink(missing_ok=True)
         return state, fetched.has_more
+
+
+def _local(path: Path | None) -> Path:
+    """A fetched file's path: every fetched file without an engine URI has one."""
+    assert path is not None
+    return path

@@ -1,10 +1,11 @@
 """What a deployment trusts a source manifest to do on the worker that runs it.
 
-A manifest is data, often written by someone other than whoever runs the worker. Four things it may
+A manifest is data, often written by someone other than whoever runs the worker. Five things it may
 ask for reach beyond fetching a public URL, so each is off or confined unless the deployment allows it:
 Pipe prepare steps (any program on the worker), Container fetch steps (any image, run by the worker's
 docker/podman), `${{ env.NAME }}` templates (the worker's environment, secrets included, sent to any
-URL) and local files (`file://` URLs and FilesGlob paths).
+URL), local files (`file://` URLs and FilesGlob paths) and S3 objects (`s3://` FilesGlob paths, read
+with the worker's AWS credentials).
 
 Each setting comes from, highest first: the task's argument or CLI flag, the Airflow `[odf]` option
 (the Airflow layer passes it on as an explicit value: the core never reads Airflow's configuration),
@@ -25,6 +26,7 @@ SHELL_STEPS_ENV = "ODF_ALLOW_SHELL_STEPS"
 CONTAINER_SOURCES_ENV = "ODF_ALLOW_CONTAINER_SOURCES"
 TEMPLATE_ENV_ALLOW_ENV = "ODF_TEMPLATE_ENV_ALLOW"
 LOCAL_SOURCE_DIRS_ENV = "ODF_LOCAL_SOURCE_DIRS"
+S3_SOURCE_PREFIXES_ENV = "ODF_S3_SOURCE_PREFIXES"
 DEFAULT_TEMPLATE_ENV_ALLOW = ("ODF_*",)
 
 #: How to change each setting, for the message that refuses what it does not allow.
@@ -44,6 +46,7 @@ LOCAL_SOURCE_DIRS_HINT = (
     f"{LOCAL_SOURCE_DIRS_ENV}, `[odf] local_source_dirs`, the task's local_source_dirs "
     "or `odf --source-root DIR`"
 )
+S3_SOURCE_PREFIXES_HINT = f"{S3_SOURCE_PREFIXES_ENV} (`s3://bucket/prefix` entries, comma or space separated)"
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("", "0", "false", "no", "off")
@@ -59,12 +62,14 @@ class SourceTrustError(OdfError):
 class SourceTrust:
     """The resolved settings. `template_env_allow`: names, `PREFIX*` patterns, or `*` for everything.
     `local_source_dirs`: None means the directory relative paths resolve against (the task's
-    `source_dir`, else the working directory)."""
+    `source_dir`, else the working directory). `s3_source_prefixes`: the `s3://bucket[/prefix]` that
+    FilesGlob may list and read with the worker's credentials (none by default)."""
 
     allow_shell_steps: bool = False
     allow_container_sources: bool = False
     template_env_allow: tuple[str, ...] = DEFAULT_TEMPLATE_ENV_ALLOW
     local_source_dirs: tuple[Path, ...] | None = None
+    s3_source_prefixes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for pattern in self.template_env_allow:
@@ -81,6 +86,7 @@ class SourceTrust:
         allow_container_sources: bool | None = None,
         template_env_allow: Iterable[str] | str | None = None,
         local_source_dirs: Iterable[str | Path] | str | None = None,
+        s3_source_prefixes: Iterable[str] | str | None = None,
         environ: Mapping[str, str] = os.environ,
     ) -> SourceTrust:
         """The settings from explicit values where given (not None), else from `environ`, else the
@@ -93,11 +99,14 @@ class SourceTrust:
             template_env_allow = environ.get(TEMPLATE_ENV_ALLOW_ENV) or DEFAULT_TEMPLATE_ENV_ALLOW
         if local_source_dirs is None:
             local_source_dirs = environ.get(LOCAL_SOURCE_DIRS_ENV) or None
+        if s3_source_prefixes is None:
+            s3_source_prefixes = environ.get(S3_SOURCE_PREFIXES_ENV) or ()
         return cls(
             allow_shell_steps=allow_shell_steps,
             allow_container_sources=allow_container_sources,
             template_env_allow=env_patterns(template_env_allow),
             local_source_dirs=None if local_source_dirs is None else directories(local_source_dirs),
+            s3_source_prefixes=env_patterns(s3_source_prefixes),
         )
 
     def env_allowed(self, name: str) -> bool:

@@ -175,6 +175,11 @@ class S3ObjectStore(ObjectStore):
         )
 
     @property
+    def engine_writes_in_place(self) -> bool:
+        """With `s3a` the cluster writes its output into the bucket (the operation's staging area)."""
+        return self.engine_scheme == "s3a"
+
+    @property
     def url(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
@@ -318,6 +323,35 @@ class S3ObjectStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         self._call("DELETE", key, self.client.delete_object, Bucket=self.bucket, Key=self._key(key))
+
+    def copy(self, source: str, key: str) -> None:
+        """A server-side copy: one CopyObject, or above the multipart threshold a multipart copy of
+        ranges (`UploadPartCopy`; one CopyObject takes at most 5 GB). The object appears whole or not
+        at all; nothing passes through this process."""
+        self._call(
+            "COPY",
+            key,
+            self.client.copy,
+            CopySource={"Bucket": self.bucket, "Key": self._key(source)},
+            Bucket=self.bucket,
+            Key=self._key(key),
+            Config=self._transfer_config(),
+        )
+
+    def list_tree(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """Every key under `prefix/` (no delimiter), with its LastModified time."""
+        check_key(prefix)
+        full = f"{self._key(prefix)}/"
+        paginator = self.client.get_paginator("list_objects_v2")
+        pages = iter(
+            paginator.paginate(Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": self.page_size})
+        )
+        while True:
+            page = self._call("LIST", prefix, next, pages, None)
+            if page is None:
+                return
+            for obj in page.get("Contents", []):
+                yield f"{prefix}/{obj['Key'][len(full) :]}", obj["LastModified"].timestamp()
 
     def compare_and_swap(self, key: str, expected: bytes | None, new: bytes | None) -> None:
         """Conditional writes only: create with `If-None-Match: *`, update / delete with `If-Match`

@@ -116,6 +116,22 @@ class ObjectStore(ABC):
         path = self.local_path(key)
         return None if path is None else str(path)
 
+    @property
+    def engine_writes_in_place(self) -> bool:
+        """Whether the engine writes its output into this store itself (a bucket the Spark cluster
+        writes through `s3a://`), to a staging area the commit then copies from; else it writes to the
+        local operation folder and the commit uploads the files."""
+        return False
+
+    def copy(self, source: str, key: str) -> None:
+        """Copies an object to another key inside the store, without the bytes passing through here."""
+        raise OdfError(f"{self!r} cannot copy objects inside itself ({source} -> {key})")
+
+    def list_tree(self, prefix: str) -> Iterator[tuple[str, float]]:
+        """Keys under `prefix/` at any depth, with their last-modified time (seconds since the epoch):
+        the engine's staging area. A store the engine never writes into has none."""
+        return iter(())
+
     def child(self, prefix: str) -> ObjectStore:
         """The store of the keys under `prefix/` (a repository's datasets live in sub-stores)."""
         raise OdfError(f"{self!r} cannot open sub-stores")

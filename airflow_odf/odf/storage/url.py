@@ -7,6 +7,7 @@ imported only when an S3 URL is opened.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
@@ -16,12 +17,19 @@ from airflow_odf.odf.storage.http import DEFAULT_RETRIES, DEFAULT_TIMEOUT, HttpO
 from airflow_odf.odf.storage.local import LocalObjectStore
 from airflow_odf.odf.storage.redact import redact_url
 from airflow_odf.odf.storage.store import ObjectStore
+from airflow_odf.utils.s3a import S3aJarsMissing, s3a_conf
 
 SUPPORTED_SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
+#: Set (`1`/`true`), the engine reads and writes S3 repositories itself over `s3a://` (`odf --spark-s3a`).
+SPARK_S3A_ENV = "ODF_SPARK_S3A"
 
 
 class StoreUrlError(OdfError, ValueError):
     """A repository URL that names no store this provider can open."""
+
+
+class SparkS3aError(OdfError, ValueError):
+    """The engine was to reach S3 itself (`spark_s3a`) but cannot: jars not fetched, settings invalid."""
 
 
 @dataclass(frozen=True)
@@ -97,42 +105,92 @@ def open_store(url: str, *, credentials: StoreCredentials | None = None) -> Obje
     return _open_s3(url, scheme, creds)
 
 
-def _open_s3(url: str, scheme: str, creds: StoreCredentials) -> ObjectStore:
+def _s3_location(url: str, scheme: str) -> tuple[str, str, str | None]:
+    """(bucket, prefix, endpoint) of an `s3://` or `s3+http(s)://` URL; the endpoint only when the URL
+    names one (its stores are addressed path-style)."""
     parts = urlsplit(url)
     if parts.username is not None or parts.password is not None:
         raise StoreUrlError(f"put S3 keys in the connection, not the URL: {redact_url(url)}")
     path = unquote(parts.path).strip("/")
     if scheme == "s3":
-        bucket, prefix = unquote(parts.netloc), path
-        endpoint = creds.endpoint_url  # None: boto3 reads AWS_ENDPOINT_URL(_S3) or uses AWS
-        path_style = None
-        if not bucket:
+        if not parts.netloc:
             raise StoreUrlError(f"S3 URL without a bucket: {redact_url(url)} (expected s3://bucket/prefix)")
-    else:
-        if not parts.hostname:
-            raise StoreUrlError(f"S3 URL without an endpoint host: {redact_url(url)}")
-        endpoint = f"{scheme.removeprefix('s3+')}://{parts.netloc}"
-        bucket, _, prefix = path.partition("/")
-        path_style = True
-        if not bucket:
-            raise StoreUrlError(
-                f"S3 URL without a bucket: {redact_url(url)} (expected {scheme}://host:port/bucket/prefix)"
-            )
+        return unquote(parts.netloc), path, None
+    if not parts.hostname:
+        raise StoreUrlError(f"S3 URL without an endpoint host: {redact_url(url)}")
+    bucket, _, prefix = path.partition("/")
+    if not bucket:
+        raise StoreUrlError(
+            f"S3 URL without a bucket: {redact_url(url)} (expected {scheme}://host:port/bucket/prefix)"
+        )
+    return bucket, prefix, f"{scheme.removeprefix('s3+')}://{parts.netloc}"
+
+
+def _open_s3(url: str, scheme: str, creds: StoreCredentials) -> ObjectStore:
+    bucket, prefix, url_endpoint = _s3_location(url, scheme)
     from airflow_odf.odf.storage.s3 import S3ObjectStore
 
+    # no endpoint: boto3 reads AWS_ENDPOINT_URL(_S3) or uses AWS
     return S3ObjectStore(
         bucket,
         prefix,
-        endpoint_url=endpoint,
+        endpoint_url=url_endpoint or creds.endpoint_url,
         region=creds.region,
         aws_access_key_id=creds.aws_access_key_id,
         aws_secret_access_key=creds.aws_secret_access_key,
         aws_session_token=creds.aws_session_token,
-        path_style=path_style,
+        path_style=True if url_endpoint else None,
         timeout=creds.http_timeout,
         retries=creds.http_retries,
-        engine_scheme=creds.engine_scheme,
+        engine_scheme=engine_scheme(creds),
     )
+
+
+def engine_scheme(creds: StoreCredentials) -> str | None:
+    """How the engine reaches an S3 repository: the credentials' scheme (a connection's `spark_s3a`),
+    else `s3a` when $ODF_SPARK_S3A is set (`odf ... --spark-s3a`), else None (it works on staged copies)."""
+    if creds.engine_scheme:
+        return creds.engine_scheme
+    return "s3a" if os.environ.get(SPARK_S3A_ENV, "").strip().lower() in ("1", "true", "yes") else None
+
+
+def spark_s3a_conf(url: str, credentials: StoreCredentials | None = None) -> dict[str, str]:
+    """The Spark conf an engine needs to read and write the repository at `url` over `s3a://`, or {}
+    when it does not (not an S3 URL, or s3a off: `engine_scheme`). Each setting comes from the
+    credentials, else from the environment boto3 reads too: `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL`,
+    `AWS_REGION` / `AWS_DEFAULT_REGION`, `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY` /
+    `AWS_SESSION_TOKEN` (without keys, Hadoop's own chain applies). A store at its own endpoint is
+    addressed path-style, as MinIO-like stores need."""
+    creds = credentials or StoreCredentials()
+    scheme = _scheme(url)
+    if scheme not in ("s3", "s3+http", "s3+https") or engine_scheme(creds) != "s3a":
+        return {}
+    return environment_s3a_conf(creds, endpoint=_s3_location(url, scheme)[2])
+
+
+def environment_s3a_conf(
+    credentials: StoreCredentials | None = None, *, endpoint: str | None = None
+) -> dict[str, str]:
+    """The s3a conf for the S3 store the credentials (else the environment, see `spark_s3a_conf`) name:
+    what `odf engine serve --s3a` starts its server with."""
+    creds = credentials or StoreCredentials()
+    env = os.environ.get
+    endpoint = endpoint or creds.endpoint_url or env("AWS_ENDPOINT_URL_S3") or env("AWS_ENDPOINT_URL") or None
+    if creds.aws_access_key_id or creds.aws_secret_access_key:
+        keys = (creds.aws_access_key_id, creds.aws_secret_access_key, creds.aws_session_token)
+    else:
+        keys = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"), env("AWS_SESSION_TOKEN"))
+    try:
+        return s3a_conf(
+            endpoint=endpoint,
+            region=creds.region or env("AWS_REGION") or env("AWS_DEFAULT_REGION") or None,
+            path_style=endpoint is not None,
+            access_key=keys[0] or None,
+            secret_key=keys[1] or None,
+            session_token=keys[2] or None,
+        )
+    except (S3aJarsMissing, ValueError) as e:
+        raise SparkS3aError(f"spark_s3a: {e}") from None
 
 
 def join_url(base: str, *parts: str) -> str:
@@ -150,4 +208,15 @@ def join_url(base: str, *parts: str) -> str:
     return urlunsplit(split._replace(path=path))
 
 
-__all__ = ["SUPPORTED_SCHEMES", "StoreCredentials", "StoreUrlError", "join_url", "open_store"]
+__all__ = [
+    "SPARK_S3A_ENV",
+    "SUPPORTED_SCHEMES",
+    "SparkS3aError",
+    "StoreCredentials",
+    "StoreUrlError",
+    "engine_scheme",
+    "environment_s3a_conf",
+    "join_url",
+    "open_store",
+    "spark_s3a_conf",
+]

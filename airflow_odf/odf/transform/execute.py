@@ -12,6 +12,7 @@ head move as the first re-processed batch.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ from airflow_odf.odf.hashing.hash_ahead import HashAhead
 from airflow_odf.odf.operation import (
     IngestError,
     IngestResult,
+    Staging,
+    engine_out_dir,
     local_object,
     operation_dir,
     schema_events,
@@ -204,8 +207,9 @@ def execute_batch(
     """
     if dataset is None and state.dataset_id is not None:
         dataset = repo.dataset_by_id(state.dataset_id)
+    staging = None if dataset is None else Staging.of(dataset, op_dir)
     vocab = Vocab.of(state.vocab)
-    with HashAhead(
+    ahead = HashAhead(
         offset=vocab.offset_column,
         op=vocab.operation_type_column,
         system_time=vocab.system_time_column,
@@ -213,16 +217,21 @@ def execute_batch(
         time=system_time,
         max_rows=batch.num_records,
         parts_dir=_parts_ready_dir(op_dir),
-    ) as ahead:
-        response = run_engine(repo, state, name, batch, runner, op_dir, system_time)
+    )
+    # the engine hashes what it writes into the bucket: nothing to hash ahead here
+    with ahead if staging is None else contextlib.nullcontext():
+        response = run_engine(repo, state, name, batch, runner, op_dir, system_time, staging)
     events: list[Any] = schema_events(state, response, name, schema_policy)
     objects: list[StagedObject] = []
     new_data = None
     if response.slices:
         [written] = response.slices
         flush = to_commit and dataset is not None and dataset.on_local_disk
-        new_data, staged = stage_slice(written, ahead.columns, ahead.parts, flush=flush)
+        known, parts = (ahead.columns, ahead.parts) if staging is None else (None, None)
+        new_data, staged = stage_slice(written, known, parts, flush=flush, staging=staging)
         objects.append(staged)
+    if staging is not None and dataset is not None and not to_commit:
+        staging.clear(dataset)  # a replay keeps only the hashes
     watermarks = _input_watermarks(repo, dataset, state, batch)
     new_checkpoint = None
     if watermarks:
@@ -259,8 +268,10 @@ def run_engine(
     runner: EngineRunner,
     op_dir: Path,
     system_time: Timestamp,
+    staging: Staging | None = None,
 ) -> IngestResponse:
-    """The engine's response to the SetTransform of `state` over the batch; raises on its errors."""
+    """The engine's response to the SetTransform of `state` over the batch; raises on its errors.
+    `staging`: the engine writes into the bucket (and publishes no parts to hash ahead)."""
     assert state.transform is not None
     request = TransformRequest(
         operation_id=op_dir.name,
@@ -270,8 +281,8 @@ def run_engine(
         next_offset=_next_offset(state),
         queries=sql_steps(state.transform.transform),
         inputs=[request_input(repo, planned, op_dir) for planned in batch.inputs],
-        out_dir=str(op_dir / "out"),
-        parts_ready_dir=str(_parts_ready_dir(op_dir)),
+        out_dir=engine_out_dir(staging, op_dir),
+        parts_ready_dir=None if staging is not None else str(_parts_ready_dir(op_dir)),
         vocab=Vocab.of(state.vocab),
     )
     response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
@@ -402,6 +413,9 @@ def _run_batch(
             objects=output.objects,
             onto=onto,
         )
+        staging = Staging.of(dataset, op_dir)
+        if staging is not None:
+            staging.clear(dataset)
     result.new_head = str(commit.new_head)
     result.new_blocks += [str(h) for h in commit.new_blocks]
     result.records += output.num_records

@@ -23,11 +23,21 @@ _logger = logging.getLogger("airflow_odf.odf.ingest.fetch.fetcher")
 
 
 @dataclass(frozen=True)
+class EngineS3:
+    """An S3 endpoint whose objects the engine reads itself, and the scheme it reads them by (`s3a`)."""
+
+    scheme: str
+    endpoint_url: str | None
+
+
+@dataclass(frozen=True)
 class FetchOptions:
     """Per-run settings of a fetch; the ingest layer builds them from the task and its connections.
 
     `trust` says what the manifest may do here (Container steps, which variables templates read, which
     local directories it may read); by default what the environment variables allow (`SourceTrust`).
+    `engine_s3`: set by the ingest layer when the engine reads S3 itself and the source has no prepare
+    step (which needs a local file); S3 FilesGlob objects on that endpoint are then handed over in place.
     """
 
     cache_dir: Path
@@ -37,6 +47,7 @@ class FetchOptions:
     env: Mapping[str, str] | None = None
     timeout: float = 30.0
     base_dir: Path | None = None  # relative FilesGlob paths are resolved here (default: the working dir)
+    engine_s3: EngineS3 | None = None
     trust: SourceTrust = field(default_factory=SourceTrust.resolve)
     log: Callable[[str], None] = field(default=_logger.info)
 
@@ -64,11 +75,13 @@ class FetchOptions:
 
 @dataclass(frozen=True)
 class FetchedFile:
-    """One fetched file, ready for the prepare steps; `source_event_time` None means "use system time"."""
+    """One fetched file, ready for the prepare steps; `source_event_time` None means "use system time".
+    `uri` instead of `path`: an object the engine reads where it is (`s3a://bucket/key`), not downloaded."""
 
-    path: Path
+    path: Path | None
     source_event_time: Timestamp | None
     name: str | None = None
+    uri: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,68 @@
+"""The standalone cluster of the scale-out tests (issue 26, item 5): one master and one worker for the
+whole session, the worker blind to the coordinator's directories (tests/cluster/standalone.py), plus the
+S3 server they share (moto on 127.0.0.1, the fixtures of tests/sharing) and the s3a settings for it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_odf.utils.s3a import S3aJarsMissing, s3a_conf, s3a_jars
+from tests.cluster.standalone import ClusterError, StandaloneCluster, cluster_root, unshare_command
+from tests.paths import REPO
+from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY, moto_endpoint, s3_admin
+
+__all__ = ["moto_endpoint", "s3_admin"]  # the S3 server and its admin client, shared with tests/sharing
+
+
+def coordinator_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Where the coordinator keeps files the executors must not see: the session's temp base (the tests'
+    repositories), the temp dir (default work and scratch dirs live there), $ODF_WORK_DIR if set."""
+    dirs = [tmp_path_factory.getbasetemp(), Path(tempfile.gettempdir())]
+    if os.environ.get("ODF_WORK_DIR"):
+        dirs.append(Path(os.environ["ODF_WORK_DIR"]))
+    return dirs
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    """The running cluster (`cluster.master_url`); skipped, with the reason, where no private mount
+    namespace is permitted."""
+    unshare, why_not = unshare_command()
+    if unshare is None:
+        pytest.skip(f"the standalone cluster's worker needs its own mount namespace: {why_not}")
+    root = cluster_root()
+    try:
+        running = StandaloneCluster(root, coordinator_dirs(tmp_path_factory), unshare)
+        running.start()
+    except ClusterError as error:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(str(error), pytrace=False)
+    try:
+        yield running
+    finally:
+        running.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def s3a_settings(moto_endpoint: str) -> dict[str, str]:
+    """The Spark conf for s3a on the moto server (jars and credentials included), the jars fetched by the
+    project's own script when this machine has none yet."""
+    try:
+        s3a_jars()
+    except S3aJarsMissing:
+        fetched = subprocess.run(
+            [str(REPO / "scripts" / "s3a-jars")], capture_output=True, text=True, check=False
+        )
+        if fetched.returncode != 0:
+            pytest.fail(f"scripts/s3a-jars failed: {fetched.stderr.strip()}", pytrace=False)
+    return s3a_conf(
+        endpoint=moto_endpoint, region=REGION, path_style=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY
+    )
