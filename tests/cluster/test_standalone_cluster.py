@@ -272,3 +272,160 @@ def test_a_push_ingest_into_an_s3_repository_runs_on_the_executors(
     left = [path for path in scratch.rglob("*") if path.is_file()]
     assert not [path for path in left if path.suffix in (".parquet", ".csv")]
     assert not [path for path in left if b"SYMB" in path.read_bytes()]
+
+
+PIPELINE_MANIFESTS = {
+    "trades": """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: trades
+  kind: Root
+  metadata:
+  - kind: SetPollingSource
+    fetch:
+      kind: FilesGlob
+      path: s3://{bucket}/landing/trades-*.csv
+      order: ByName
+    read:
+      kind: Csv
+      header: true
+      schema:
+      - event_time TIMESTAMP
+      - id BIGINT
+      - symbol STRING
+      - price DOUBLE
+    merge:
+      kind: Ledger
+      primaryKey:
+      - id
+""",
+    "positions": """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: positions
+  kind: Root
+  metadata:
+  - kind: AddPushSource
+    sourceName: default
+    read:
+      kind: Csv
+      header: true
+      schema:
+      - event_time TIMESTAMP
+      - symbol STRING
+      - quantity BIGINT
+    merge:
+      kind: Snapshot
+      primaryKey:
+      - symbol
+""",
+    "trades.by-symbol": """\
+kind: DatasetSnapshot
+version: 1
+content:
+  name: trades.by-symbol
+  kind: Derivative
+  metadata:
+  - kind: SetTransform
+    inputs:
+    - datasetRef: trades
+      alias: trades
+    transform:
+      kind: Sql
+      engine: spark
+      query: SELECT event_time, symbol, price * 2 AS doubled FROM trades
+  - kind: SetVocab
+    eventTimeColumn: event_time
+""",
+}
+
+
+def test_a_pipeline_in_s3_runs_on_the_cluster_without_data_on_the_coordinator(
+    cluster: StandaloneCluster, moto_endpoint: str, s3_admin: Any, tmp_path: Path
+) -> None:
+    """The issue's scenario through the cluster (client mode) on an `s3://` repository with s3a: `odf add`;
+    a polling ingest from an `s3://` FilesGlob (Ledger, its checkpoint in the bucket), pulled twice as
+    objects arrive; a push ingest merged as Snapshots, twice; a transform; `odf verify`. Every record is
+    where it should be, and the coordinator's scratch dir never holds data files."""
+    bucket = f"odf-pipeline-{uuid.uuid4().hex[:12]}"
+    s3_admin.create_bucket(Bucket=bucket)
+    scratch = tmp_path / "scratch"  # the repository's work dir: hidden from the executors
+    env = {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "ODF_WORK_DIR": str(scratch),
+        "ODF_S3_SOURCE_PREFIXES": f"s3://{bucket}/landing",
+    }
+    repo = f"s3://{bucket}/odf"
+    engine = ["--engine", "spark-submit", "--master", cluster.master_url, "--spark-s3a"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        done = odf(*args, "--repo", repo, cwd=tmp_path, env=env)
+        assert done.returncode == 0, f"odf {' '.join(args)}:\n{driver_errors(done.stderr)}"
+        return done
+
+    def land(name: str, rows: list[str]) -> None:
+        s3_admin.put_object(Bucket=bucket, Key=f"landing/{name}", Body=(CSV_HEADER + "".join(rows)).encode())
+
+    def table(name: str) -> Any:
+        done = run("tail", name, "-n", "100", "--format", "json")
+        return sorted(json.loads(done.stdout), key=lambda row: row["offset"])
+
+    manifests = []
+    for name, text in PIPELINE_MANIFESTS.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(text.format(bucket=bucket))
+        manifests.append(str(path))
+    run("init")
+    run("add", *manifests)
+
+    land("trades-1.csv", CSV_ROWS)
+    run("pull", "trades", *engine)
+    land("trades-2.csv", ["2024-01-01T00:00:04Z,2,SYMB,21.0\n", "2024-01-01T00:00:05Z,4,SYMD,40.0\n"])
+    run("pull", "trades", *engine)
+    trades = table("trades")
+    # the Ledger keeps the first record of a key: id 2 again is not a new record
+    assert [(row["id"], row["symbol"]) for row in trades] == [
+        (1, "SYMA"),
+        (2, "SYMB"),
+        (3, "SYMC"),
+        (4, "SYMD"),
+    ]
+    assert [row["offset"] for row in trades] == [0, 1, 2, 3]
+
+    for n, rows in enumerate((["SYMA,10", "SYMB,20"], ["SYMA,15", "SYMC,5"])):
+        push = tmp_path / f"positions-{n}.csv"
+        push.write_text(
+            "event_time,symbol,quantity\n" + "".join(f"2024-01-0{n + 1}T00:00:00Z,{r}\n" for r in rows)
+        )
+        run("ingest", "positions", str(push), *engine)
+    positions = table("positions")
+    # Snapshot: the second push corrects SYMA, retracts SYMB, appends SYMC
+    changes = [(row["op"], row["symbol"], row["quantity"]) for row in positions]
+    assert changes[:2] == [(0, "SYMA", 10), (0, "SYMB", 20)]
+    assert sorted(changes[2:]) == [(0, "SYMC", 5), (1, "SYMB", 20), (2, "SYMA", 10), (3, "SYMA", 15)]
+
+    run("pull", "trades.by-symbol", *engine)
+    derived = table("trades.by-symbol")
+    assert sorted((row["symbol"], row["doubled"]) for row in derived) == [
+        ("SYMA", 20.5),
+        ("SYMB", 40.0),
+        ("SYMC", 61.0),
+        ("SYMD", 80.0),
+    ]
+    verified = run("verify", "trades.by-symbol", "--full", *engine)
+    assert verified.stdout.startswith("trades.by-symbol: ok ("), verified.stdout
+
+    # the data stayed in the bucket: nothing staged is left there, and none of it is on the coordinator
+    keys = [o["Key"] for o in s3_admin.list_objects_v2(Bucket=bucket, Prefix="odf/")["Contents"]]
+    assert not [key for key in keys if "/cache/operations/" in key]
+    left = [path for path in scratch.rglob("*") if path.is_file()]
+    assert not [path for path in left if path.suffix in (".parquet", ".csv")]
+    assert not [path for path in left if b"SYMD" in path.read_bytes()]
