@@ -32,10 +32,10 @@ class ServerOnAnotherDisk(ConnectServer):
         super().__init__("local[1]", port=0)
         self.hidden = hidden
 
-    def command(self, home: Path, jar: Path) -> list[str]:
+    def command(self, home: Path, jar: Path, secrets_file: Path | None = None) -> list[str]:
         mount = 'mount -t tmpfs none "$0" && exec "$@"'
         namespace = ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", mount, str(self.hidden)]
-        return [*namespace, *super().command(home, jar)]
+        return [*namespace, *super().command(home, jar, secrets_file)]
 
 
 def _namespaces_allowed() -> bool:
