@@ -20,6 +20,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.executor_sight import require_executors_see
 from airflow_odf.engine.ingest_job import ingest, locate_bad_records
 from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.readers import BAD_RECORD_MARK
@@ -36,7 +37,7 @@ def engine_info() -> dict[str, str]:
 
 def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Executes an ingest, transform or infer request (`kind`); returns the response, `error` set on
-    bad input."""
+    bad input or on a cluster whose executors cannot see the request's local folder."""
     # the job's persisted frames (read input, sorted output) are unpersisted at its end
     with request_frames():
         try:
@@ -44,6 +45,7 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                 raise EngineInputError(
                     "contract", f"request version {request.get('version')!r}, expected {CONTRACT_VERSION}"
                 )
+            require_executors_see(spark, request)
             response = _handler(request.get("kind"))(spark, request)
         except EngineInputError as e:
             response = {"error": {"kind": e.kind, "message": e.message}}

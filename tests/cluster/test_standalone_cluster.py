@@ -201,25 +201,12 @@ def test_the_engine_fails_and_commits_nothing_when_the_executors_cannot_see_the_
         assert attempt.returncode == 2
         assert not attempt.head_moved
         assert attempt.data_files == []
-    # the executors cannot open the input the driver listed: Spark's own error, passed through
-    unread = attempts["input on coordinator"]
-    assert unread.message[0].startswith("events: An error occurred while calling ")
-    assert (
-        f"[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file file://{unread.data}."
-        in (unread.message[1])
-    )
-    # the executors wrote their Parquet into their own (private) copy of the work dir: the engine finds none
-    lost = attempts["output on coordinator"]
-    [line] = lost.message
-    assert line.startswith(f"events: Spark wrote no Parquet file into {lost.work_dir}/operations/")
-    assert line.endswith("/out/data")
+    # asked before any work: the executors cannot see the operation's folder in the repository's work dir
+    for attempt in attempts.values():
+        assert attempt.message[0].startswith("events: the executors of the Spark cluster spark://")
+        assert f" cannot see this process's folder {attempt.work_dir}/operations/" in attempt.message[0]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="TODO(in-place): the engine does not yet tell that the cluster cannot see the coordinator's files "
-    "(the unread input gives Spark's multi-line Java error; the lost output 'Spark wrote no Parquet file')",
-)
 def test_the_engine_says_in_one_line_that_the_cluster_cannot_see_the_files(
     attempts: dict[str, Attempt],
 ) -> None:

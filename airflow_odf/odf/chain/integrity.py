@@ -227,10 +227,18 @@ def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str
                     tmp.unlink(missing_ok=True)
                     removed.append(f"{prefix}/{tmp.name}")
     for prefix in ("blocks", "data", "checkpoints"):
-        for key in list(dataset.store.list(prefix)):
-            if key in keep or directories[prefix] is None:
-                continue
-            if _old_file(directories[prefix] / key.removeprefix(f"{prefix}/"), now, min_age_seconds):
+        directory = directories[prefix]
+        if directory is None:  # a bucket: the store tells each object's age (a read-only store: none)
+            aged = dataset.store.list_tree(prefix)
+            old = [key for key, modified in aged if now - modified >= min_age_seconds]
+        else:
+            old = [
+                key
+                for key in dataset.store.list(prefix)
+                if _old_file(directory / key.removeprefix(f"{prefix}/"), now, min_age_seconds)
+            ]
+        for key in old:
+            if key not in keep:
                 dataset.store.delete(key)
                 removed.append(key)
     for key, modified in list(dataset.store.list_tree(STAGING_PREFIX)):

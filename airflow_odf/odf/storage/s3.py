@@ -355,7 +355,9 @@ class S3ObjectStore(ObjectStore):
 
     def compare_and_swap(self, key: str, expected: bytes | None, new: bytes | None) -> None:
         """Conditional writes only: create with `If-None-Match: *`, update / delete with `If-Match`
-        on the ETag of the value that was compared; a rejected condition is a ConflictError."""
+        on the ETag of the value that was compared; a rejected condition is a ConflictError. A write
+        whose answer was lost (the retry refused, or no answer at all) counts as done when the key
+        reads back as `new`, and fails otherwise: the caller never sees an error for a ref it moved."""
         full = self._key(key)
         try:
             if expected is None:
@@ -395,5 +397,17 @@ class S3ObjectStore(ObjectStore):
                     IfMatch=etag,
                 )
         except (_PreconditionFailedError, ObjectNotFoundError):
+            current = self.get_or_none(key)
+            if current == new:
+                # Our own write landed and its answer was lost: botocore's retry of it was refused.
+                # (Another writer storing the very same value leaves the same state.)
+                return
             # Someone wrote (or deleted) the ref between our read and our conditional write.
-            raise ConflictError.changed(key, expected, self.get_or_none(key)) from None
+            raise ConflictError.changed(key, expected, current) from None
+        except S3StoreError:
+            # The write's outcome is unknown (a 5xx, a connection dropped after the request went
+            # out): the ref itself tells whether it was applied.
+            with contextlib.suppress(S3StoreError):
+                if self.get_or_none(key) == new:
+                    return
+            raise

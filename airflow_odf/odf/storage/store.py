@@ -128,8 +128,8 @@ class ObjectStore(ABC):
         raise OdfError(f"{self!r} cannot copy objects inside itself ({source} -> {key})")
 
     def list_tree(self, prefix: str) -> Iterator[tuple[str, float]]:
-        """Keys under `prefix/` at any depth, with their last-modified time (seconds since the epoch):
-        the engine's staging area. A store the engine never writes into has none."""
+        """Keys under `prefix/` at any depth, with their last-modified time (seconds since the epoch),
+        for `odf gc` in a store without local files (a bucket). A store that cannot list has none."""
         return iter(())
 
     def child(self, prefix: str) -> ObjectStore:

@@ -1,0 +1,199 @@
+"""Example DAG 1 (`dags_examples/odf_trades_pipeline.py`) through Airflow on the standalone cluster and an
+`s3://` repository (issue 26, item 5): `spark_default` is the cluster's `spark://` master (engine
+`spark-submit`, client mode), `odf_default` an `odf_repo` connection to the bucket with `spark_s3a: true`.
+
+The DAG runs by `dag.test()` in a child process with its own Airflow home, SQLite DB and DAGS_FOLDER,
+as a worker of a deployment would. The folder holds a copy of the example (DAG file, manifests, trade
+files) in the session's temp base, which the executors cannot see: the ingest's local trade files reach
+them only through the operation's staging folder in the bucket.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import uuid
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from moto.s3.responses import S3Response
+
+from airflow_odf.odf.chain.data_access import tail
+from airflow_odf.odf.format import model
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.storage.url import StoreCredentials, open_store
+from tests.cluster.standalone import VENV_BIN, StandaloneCluster
+from tests.paths import REPO
+from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
+
+EXAMPLES = REPO / "dags_examples"
+DAG_FILE = "odf_trades_pipeline.py"
+TASKS = ("apply_manifests", "ingest_trades", "transform_daily", "verify_daily")
+
+# The child: the example DAG file of DAGS_FOLDER, one dag.test(), and what its tasks left in the DB.
+CHILD = textwrap.dedent(
+    f"""
+    import importlib.util, json, os
+
+    from tests.airflow.dag_runs import task_states, xcom
+
+    path = os.path.join(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], {DAG_FILE!r})
+    spec = importlib.util.spec_from_file_location("example_odf_trades_pipeline", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    run = module.pipeline.test()
+    tasks = {TASKS!r}
+    print("RESULT " + json.dumps({{"states": task_states(run), "xcom": {{t: xcom(run, t) for t in tasks}}}}))
+    """
+)
+
+
+def copy_example(dags: Path) -> None:
+    """The example DAG with what it reads (manifests, trade files) beside it, as in dags_examples/."""
+    dags.mkdir(parents=True)
+    shutil.copy2(EXAMPLES / DAG_FILE, dags / DAG_FILE)
+    shutil.copytree(EXAMPLES / "manifests", dags / "manifests")
+    (dags / "data").mkdir()
+    for trades in sorted((EXAMPLES / "data").glob("trades-*.csv")):
+        shutil.copy2(trades, dags / "data" / trades.name)
+
+
+def airflow_env(root: Path) -> dict[str, str]:
+    """An Airflow deployment of its own under `root` (home, SQLite DB, DAGS_FOLDER), on the default
+    engine `spark-submit`; no AWS settings of this machine (the keys come from the connection)."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_", "ODF_WORK_DIR"))}
+    return {
+        **inherited,
+        "AIRFLOW_HOME": str(root / "home"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__ODF__DEFAULT_ENGINE": "spark-submit",
+        "AWS_CONFIG_FILE": str(root / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(root / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,  # the executors run the venv's python (visible to them)
+        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # its spark-submit
+    }
+
+
+def connections(master_url: str, repository: str, endpoint: str, work_dir: Path) -> dict[str, str]:
+    """`spark_default` on the cluster (client mode) and `odf_default` on the bucket, s3a on."""
+    spark = {"conn_type": "spark", "host": master_url, "extra": {"deploy-mode": "client"}}
+    odf = {
+        "conn_type": "odf_repo",
+        "host": repository,
+        "extra": {
+            "endpoint_url": endpoint,
+            "region_name": REGION,
+            "aws_access_key_id": ACCESS_KEY,
+            "aws_secret_access_key": SECRET_KEY,
+            "spark_s3a": True,
+            "work_dir": str(work_dir),
+        },
+    }
+    return {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark), "AIRFLOW_CONN_ODF_DEFAULT": json.dumps(odf)}
+
+
+@pytest.fixture
+def keys_put(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """`(bucket, key)` of every object PUT to the moto server at `moto_endpoint` (it runs in this
+    process) from now on."""
+    put: list[tuple[str, str]] = []
+    original = S3Response.put_object  # the moto_endpoint fixture's serialized PUT
+
+    def recorded(self: S3Response) -> Any:
+        put.append((self.bucket_name, self.parse_key_name()))
+        return original(self)
+
+    monkeypatch.setattr(S3Response, "put_object", recorded)
+    return put
+
+
+@pytest.mark.usefixtures("s3a_settings")  # the s3a jars, fetched by scripts/s3a-jars if missing
+def test_the_example_dag_runs_on_the_cluster_with_its_repository_in_s3(
+    cluster: StandaloneCluster,
+    moto_endpoint: str,
+    s3_admin: Any,
+    keys_put: list[tuple[str, str]],
+    tmp_path: Path,
+) -> None:
+    bucket = f"odf-dag-{uuid.uuid4().hex[:12]}"
+    s3_admin.create_bucket(Bucket=bucket)
+    repository = f"s3://{bucket}/odf"
+    scratch = tmp_path / "scratch"  # the connection's work_dir: hidden from the executors
+    assert any(folder in tmp_path.parents for folder in cluster.hidden)  # and so are the trade files
+    copy_example(tmp_path / "dags")
+    env = {**airflow_env(tmp_path), **connections(cluster.master_url, repository, moto_endpoint, scratch)}
+    migrated = subprocess.run(
+        [str(VENV_BIN / "airflow"), "db", "migrate"], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, cwd=REPO, capture_output=True, text=True, timeout=1500
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, done.stdout[-3000:] + done.stderr[-6000:] + cluster.logs()
+    result = json.loads(lines[-1].removeprefix("RESULT "))
+    assert result["states"] == dict.fromkeys(TASKS, "success"), done.stderr[-6000:] + cluster.logs()
+    xcoms = result["xcom"]
+
+    # the XComs name the heads the bucket holds; the transform is pinned to the ingest's head
+    credentials = StoreCredentials(
+        aws_access_key_id=ACCESS_KEY,
+        aws_secret_access_key=SECRET_KEY,
+        region=REGION,
+        endpoint_url=moto_endpoint,
+    )
+    repo = Repository.in_store(open_store(repository, credentials=credentials), repository)
+    trades, daily = repo.dataset("com.example.trades"), repo.dataset("com.example.trades.daily")
+    applied = {r["dataset"]: r for r in xcoms["apply_manifests"]}
+    assert applied["com.example.trades"]["created"] and applied["com.example.trades.daily"]["created"]
+    ingested, transformed = xcoms["ingest_trades"], xcoms["transform_daily"]
+    assert ingested["dataset_id"] == str(trades.state().dataset_id)
+    assert ingested["new_head"] == str(trades.head()) and ingested["records"] == 5
+    assert transformed["new_head"] == str(daily.head()) and transformed["records"] == 4
+    execute = daily.block(daily.head()).event
+    assert isinstance(execute, model.ExecuteTransform)
+    assert str(execute.query_inputs[0].new_block_hash) == ingested["new_head"]
+    report = xcoms["verify_daily"]
+    assert report["ok"] and report["reproducibility"] == "checked"
+
+    # the rows: each trade once (1003 is in both files), the daily volumes of the example's data
+    ingested_trades = tail(trades, 100)
+    assert ingested_trades is not None
+    assert sorted(ingested_trades.column("trade_id").to_pylist()) == [1001, 1002, 1003, 1004, 1005]
+    assert sorted(ingested_trades.column("price").to_pylist())[-1] == Decimal("101.2500")
+    days = tail(daily, 100)
+    assert days is not None
+    rows = [
+        (row["event_time"].date().isoformat(), row["symbol"], row["volume"], row["trades"])
+        for row in days.to_pylist()
+    ]
+    assert rows == [
+        ("2024-01-02", "ACME", 350, 2),
+        ("2024-01-02", "INIT", 20, 1),
+        ("2024-01-03", "ACME", 75, 1),
+        ("2024-01-03", "INIT", 10, 1),
+    ]
+
+    # the trade files, which the executors cannot see, were uploaded into the ingest's staging folder
+    staged_inputs = [key for name, key in keys_put if name == bucket and "/cache/operations/" in key]
+    assert sorted(key.rpartition("-trades-")[2] for key in staged_inputs if "/inputs/" in key) == [
+        "2024-01-02.csv",
+        "2024-01-03.csv",
+    ]
+    # the data went through the bucket: nothing staged is left there, and none of it is on the coordinator
+    keys = [o["Key"] for o in s3_admin.list_objects_v2(Bucket=bucket, Prefix="odf/")["Contents"]]
+    assert not [key for key in keys if "/cache/operations/" in key]
+    left = [path for path in scratch.rglob("*") if path.is_file()]
+    assert left  # the engine's requests and responses were there
+    assert not [path for path in left if path.suffix in (".parquet", ".csv")]
+    assert not [path for path in left if b"101.2500" in path.read_bytes()]
