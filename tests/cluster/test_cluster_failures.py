@@ -22,7 +22,7 @@ from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
 from tests.cluster.standalone import VENV_BIN, StandaloneCluster
 from tests.cluster.test_standalone_cluster import driver_errors
-from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
+from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY, moto_environment
 
 ROWS = 300_000
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -109,13 +109,7 @@ def test_an_executor_killed_mid_write_leaves_old_or_new_and_a_retry_commits_once
     bucket = f"odf-kill-{uuid.uuid4().hex[:12]}"
     s3_admin.create_bucket(Bucket=bucket)
     env = {
-        "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-        "AWS_EC2_METADATA_DISABLED": "true",
+        **moto_environment(moto_endpoint, tmp_path),
         "ODF_WORK_DIR": str(tmp_path / "scratch"),
     }
     url = f"s3://{bucket}/odf"

@@ -18,7 +18,7 @@ import pytest
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.utils.s3a import split_secrets
 from tests.cluster.standalone import VENV_BIN, StandaloneCluster, spark_submit
-from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
+from tests.sharing.conftest import moto_environment
 
 JOBS = Path(__file__).resolve().parent / "jobs.py"
 CSV_HEADER = "event_time,id,symbol,price\n"
@@ -226,13 +226,7 @@ def test_a_push_ingest_into_an_s3_repository_runs_on_the_executors(
     s3_admin.create_bucket(Bucket=bucket)
     scratch = tmp_path / "scratch"  # the repository's work dir: hidden from the executors
     env = {
-        "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-        "AWS_EC2_METADATA_DISABLED": "true",
+        **moto_environment(moto_endpoint, tmp_path),
         "ODF_WORK_DIR": str(scratch),
     }
     repo = f"s3://{bucket}/odf"
@@ -340,13 +334,7 @@ def test_a_pipeline_in_s3_runs_on_the_cluster_without_data_on_the_coordinator(
     s3_admin.create_bucket(Bucket=bucket)
     scratch = tmp_path / "scratch"  # the repository's work dir: hidden from the executors
     env = {
-        "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
-        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-        "AWS_CONFIG_FILE": str(tmp_path / "no-aws-config"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "no-aws-credentials"),
-        "AWS_EC2_METADATA_DISABLED": "true",
+        **moto_environment(moto_endpoint, tmp_path),
         "ODF_WORK_DIR": str(scratch),
         "ODF_S3_SOURCE_PREFIXES": f"s3://{bucket}/landing",
     }

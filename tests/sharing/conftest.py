@@ -26,6 +26,21 @@ ACCESS_KEY = "testing-access-key"
 SECRET_KEY = "testing-secret-key"
 
 
+def moto_environment(endpoint: str, folder: Path) -> dict[str, str]:
+    """The AWS variables of a child process (`odf`, spark-submit) that talks to the moto server at
+    `endpoint` with the test's keys, and reads none of this machine's AWS configuration (the config
+    files named are in `folder` and do not exist)."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_CONFIG_FILE": str(folder / "no-aws-config"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(folder / "no-aws-credentials"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
 @pytest.fixture(autouse=True)
 def _fake_aws_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """No test may reach real AWS credentials, config files or the instance metadata service."""
