@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,11 +24,13 @@ __all__ = ["moto_endpoint", "s3_admin"]  # the S3 server and its admin client, s
 
 def coordinator_dirs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Where the coordinator keeps files the executors must not see: the session's temp base (the tests'
-    repositories), the temp dir (default work and scratch dirs live there), $ODF_WORK_DIR if set."""
+    repositories), the temp dir (default work and scratch dirs live there), $ODF_WORK_DIR if set —
+    except a directory that holds what the worker runs (the venv, this checkout: a clone under /tmp)."""
     dirs = [tmp_path_factory.getbasetemp(), Path(tempfile.gettempdir())]
     if os.environ.get("ODF_WORK_DIR"):
         dirs.append(Path(os.environ["ODF_WORK_DIR"]))
-    return dirs
+    needed = [Path(sys.prefix).resolve(), REPO.resolve()]
+    return [d for d in dirs if not any(d.resolve() == n or d.resolve() in n.parents for n in needed)]
 
 
 @pytest.fixture(scope="session")
