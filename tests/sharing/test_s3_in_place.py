@@ -33,7 +33,7 @@ from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.s3 import S3ObjectStore
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
 from airflow_odf.odf.transform.execute import TransformOptions, run_transform
-from airflow_odf.utils.s3a import s3a_conf, split_secrets
+from airflow_odf.utils.s3a import s3a_conf
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
 
 pyspark = pytest.importorskip("pyspark")
@@ -68,16 +68,18 @@ def _stop_spark() -> None:
 @pytest.fixture(scope="module")
 def s3a_runner(moto_endpoint: str) -> Iterator[LocalSparkRunner]:
     """The in-process engine on a session that reads and writes the moto bucket through s3a."""
+    yield from s3a_session_runner(moto_endpoint, {"spark.sql.shuffle.partitions": "4"})
+
+
+def s3a_session_runner(endpoint: str, extra: dict[str, str]) -> Iterator[LocalSparkRunner]:
+    """The in-process engine on a fresh session with the s3a jars and the settings of the S3 server at
+    `endpoint` (the suite's shared session, which has no jars, is stopped first and after). The keys go
+    through `get_session`, which sets them on the running session, never on the JVM's command line."""
     conf = s3a_conf(
-        endpoint=moto_endpoint, region=REGION, path_style=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY
+        endpoint=endpoint, region=REGION, path_style=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY
     )
-    public, secret = split_secrets(conf)
     _stop_spark()
-    options = {**public, "spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"}
-    spark = get_session("local[2]", options)
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in secret.items():  # kept off the JVM's command line
-        hadoop.set(key.removeprefix("spark.hadoop."), value)
+    get_session("local[2]", {**conf, "spark.driver.memory": "2g", **extra})
     try:
         yield LocalSparkRunner("local[2]")
     finally:

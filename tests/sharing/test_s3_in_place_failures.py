@@ -18,7 +18,6 @@ import pytest
 
 from airflow_odf.cli.main import main
 from airflow_odf.engine.local_runner import LocalSparkRunner
-from airflow_odf.engine.session import get_session
 from airflow_odf.odf.chain.dataset import STAGING_PREFIX, Dataset
 from airflow_odf.odf.chain.integrity import verify_integrity
 from airflow_odf.odf.errors import OdfError
@@ -28,10 +27,16 @@ from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.operation import IngestResult
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
-from airflow_odf.utils.s3a import s3a_conf, split_secrets
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
 from tests.sharing.faulty_s3 import DROP, DROP_AFTER, Fault, FaultyS3, faulty_s3
-from tests.sharing.test_s3_in_place import ORDERS, T0, _ledger_snapshot, _orders_csv, _slices, _stop_spark
+from tests.sharing.test_s3_in_place import (
+    ORDERS,
+    T0,
+    _ledger_snapshot,
+    _orders_csv,
+    _slices,
+    s3a_session_runner,
+)
 
 pyspark = pytest.importorskip("pyspark")
 
@@ -57,26 +62,14 @@ def _no_faults_left(proxy: FaultyS3) -> Iterator[None]:
 def runner(proxy: FaultyS3) -> Iterator[LocalSparkRunner]:
     """The in-process engine on a session whose s3a talks to the bucket through the proxy; s3a's own
     retries kept few, so an injected failure that outlasts them fails the task."""
-    conf = s3a_conf(
-        endpoint=proxy.url, region=REGION, path_style=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY
+    yield from s3a_session_runner(
+        proxy.url,
+        {
+            "spark.sql.shuffle.partitions": "2",
+            "spark.hadoop.fs.s3a.retry.limit": "1",
+            "spark.hadoop.fs.s3a.attempts.maximum": "1",
+        },
     )
-    public, secret = split_secrets(conf)
-    _stop_spark()
-    options = {
-        **public,
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.memory": "2g",
-        "spark.hadoop.fs.s3a.retry.limit": "1",
-        "spark.hadoop.fs.s3a.attempts.maximum": "1",
-    }
-    spark = get_session("local[2]", options)
-    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
-    for key, value in secret.items():  # kept off the JVM's command line
-        hadoop.set(key.removeprefix("spark.hadoop."), value)
-    try:
-        yield LocalSparkRunner("local[2]")
-    finally:
-        _stop_spark()
 
 
 @pytest.fixture
