@@ -4,16 +4,14 @@ the columns holding nulls, its physical hash (SHA3-256 of the bytes) and its log
 (arrow-digest), computed by the shared hashing code (`airflow_odf.utils.hashing`). The driver gets one
 small row per file; the core commits the files by copies inside the bucket, never reading them.
 
-Spark reads each file whole as one row (`binaryFile`, through the cluster's own file system client, so
-no credentials reach Python), and the rows are handed to Python one file per Arrow batch: an executor
-holds a file's bytes twice at most while hashing it (the row and its Arrow copy), plus one decoded
-batch of 10,000 rows. Files above 2 GiB (Spark's limit for one binary value) are refused by Spark.
+Spark lists the files (its own file system client); each file is then one task, whose Python opens it
+through `executor_fs` and reads it as streams: the physical hash in chunks, the logical hash a batch of
+10,000 rows at a time, so an executor's memory is bounded by a row group, not by the file.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,15 +21,19 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.executor_fs import StoreAccess, store_access
 from airflow_odf.engine.slice_footer import describe_slice
 from airflow_odf.utils.engine_json import Vocab
-from airflow_odf.utils.hashing.file_hashes import logical_hash_of_parquet_bytes, physical_hash_of_bytes
+from airflow_odf.utils.hashing.file_hashes import (
+    PARQUET_BATCH_SIZE,
+    logical_hash_of_parquet,
+    physical_hash_of_stream,
+)
 
 _DESCRIPTION = (
     "path string, size long, num_rows long, offset_start long, offset_end long, max_event_time string, "
     "null_columns array<string>, physical_hash string, logical_hash string, arrow_schema string"
 )
-_ARROW_BATCH_RECORDS = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
 
 def is_uri(path: str) -> bool:
@@ -56,38 +58,23 @@ class RemoteFile:
 
 
 def describe_written(spark: SparkSession, folder: str, vocab: Vocab | None) -> list[RemoteFile]:
-    """The Parquet files Spark wrote under `folder`, described and hashed on the executors; `vocab`:
-    they are slices (offsets and event times are read), None: a merge state."""
-    files = spark.read.format("binaryFile").option("pathGlobFilter", "*.parquet").load(folder)
-    describe = functools.partial(_describe_batches, vocab)
-    with _one_file_per_batch(spark):
-        rows = files.mapInArrow(describe, _DESCRIPTION).collect()
-    if not rows:
+    """The Parquet files Spark wrote under `folder`, described and hashed on the executors (a task per
+    file); `vocab`: they are slices (offsets and event times are read), None: a merge state."""
+    listing = spark.read.format("binaryFile").option("pathGlobFilter", "*.parquet").load(folder)
+    paths = [row.path for row in listing.select("path").collect()]  # no content is read
+    if not paths:
         raise EngineInputError("internal", f"Spark wrote no Parquet file into {folder}")
-    return [RemoteFile(**row.asDict()) for row in rows]
+    describe = functools.partial(_describe_batches, store_access(spark), vocab)
+    files = spark.createDataFrame([(path,) for path in paths], "path string").repartition(len(paths))
+    return [RemoteFile(**row.asDict()) for row in files.mapInArrow(describe, _DESCRIPTION).collect()]
 
 
-@contextlib.contextmanager
-def _one_file_per_batch(spark: SparkSession) -> Iterator[None]:
-    """Arrow batches of one row: one file's bytes in a Python worker at a time."""
-    before = spark.conf.get(_ARROW_BATCH_RECORDS, None)
-    spark.conf.set(_ARROW_BATCH_RECORDS, "1")
-    try:
-        yield
-    finally:
-        if before is None:
-            spark.conf.unset(_ARROW_BATCH_RECORDS)
-        else:
-            spark.conf.set(_ARROW_BATCH_RECORDS, before)
-
-
-def _describe_batches(vocab: Vocab | None, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Runs on the executors: one description per `binaryFile` row (path, content)."""
+def _describe_batches(
+    access: StoreAccess, vocab: Vocab | None, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """Runs on the executors: one description per path, the file opened where it is."""
     for batch in batches:
-        paths, contents = batch.column("path"), batch.column("content")
-        described = [
-            describe_parquet(paths[i].as_py(), contents[i].as_buffer(), vocab) for i in range(batch.num_rows)
-        ]
+        described = [describe_parquet(path, access, vocab) for path in batch.column("path").to_pylist()]
         yield pa.RecordBatch.from_pylist([d.__dict__ for d in described], schema=_ARROW_DESCRIPTION)
 
 
@@ -107,30 +94,41 @@ _ARROW_DESCRIPTION = pa.schema(
 )
 
 
-def describe_parquet(path: str, data: pa.Buffer, vocab: Vocab | None) -> RemoteFile:
-    """A Parquet file's description from its bytes: the footer's numbers (the rows' when the footer has
-    no statistics), the columns with nulls, and both hashes."""
-    meta = pq.ParquetFile(pa.BufferReader(data)).metadata
-    start = end = max_event_time = None
-    if vocab is not None and meta.num_rows:
-        described = describe_slice(path, meta, vocab, pa.BufferReader(data))
-        start, end, max_event_time = described.offset_start, described.offset_end, described.max_event_time
-    schema = meta.schema.to_arrow_schema().remove_metadata()
+def describe_parquet(uri: str, access: StoreAccess, vocab: Vocab | None) -> RemoteFile:
+    """A Parquet file's description, read where it is: the footer's numbers (the rows' when the footer
+    has no statistics), the columns with nulls, and both hashes."""
+    fs, path = access.open(uri)
+    with fs.open_input_file(path) as file:
+        size = file.size()
+        meta = pq.ParquetFile(file).metadata
+        start = end = max_event_time = None
+        if vocab is not None and meta.num_rows:
+            described = describe_slice(uri, meta, vocab, file)
+            start, end, max_event_time = (
+                described.offset_start,
+                described.offset_end,
+                described.max_event_time,
+            )
+        schema = meta.schema.to_arrow_schema().remove_metadata()
+        null_columns = _null_columns(file, meta, schema)
+        logical_hash = logical_hash_of_parquet(file)
+    with fs.open_input_stream(path) as stream:
+        physical_hash = physical_hash_of_stream(stream)
     return RemoteFile(
-        path=path,
-        size=data.size,
+        path=uri,
+        size=size,
         num_rows=meta.num_rows,
         offset_start=start,
         offset_end=end,
         max_event_time=max_event_time,
-        null_columns=_null_columns(data, meta, schema),
-        physical_hash=physical_hash_of_bytes(data),
-        logical_hash=logical_hash_of_parquet_bytes(data),
+        null_columns=null_columns,
+        physical_hash=physical_hash,
+        logical_hash=logical_hash,
         arrow_schema=base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
     )
 
 
-def _null_columns(data: pa.Buffer, meta: pq.FileMetaData, schema: pa.Schema) -> list[str]:
+def _null_columns(file: pa.NativeFile, meta: pq.FileMetaData, schema: pa.Schema) -> list[str]:
     """The top-level columns holding a null: from the footer's counts when every column is one Parquet
     column with statistics, else from the values."""
     flat = meta.num_columns == len(schema)
@@ -142,5 +140,7 @@ def _null_columns(data: pa.Buffer, meta: pq.FileMetaData, schema: pa.Schema) -> 
             counts[i] = counts[i] + stats.null_count if known else None  # type: ignore[operator,union-attr]
     if flat and all(c is not None for c in counts):
         return [name for name, count in zip(schema.names, counts, strict=True) if count]
-    table = pq.read_table(pa.BufferReader(data))
-    return [name for name, column in zip(table.column_names, table.columns, strict=True) if column.null_count]
+    nulls = [0] * len(schema)
+    for batch in pq.ParquetFile(file).iter_batches(batch_size=PARQUET_BATCH_SIZE):
+        nulls = [n + column.null_count for n, column in zip(nulls, batch.columns, strict=True)]
+    return [name for name, count in zip(schema.names, nulls, strict=True) if count]

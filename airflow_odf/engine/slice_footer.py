@@ -35,7 +35,7 @@ class WrittenSlice:
 def describe_slice(
     path: str, meta: pq.FileMetaData, vocab: Vocab, source: str | pa.NativeFile | None = None
 ) -> WrittenSlice:
-    """The slice file at `path` (read from `source` when given: its bytes in memory)."""
+    """The slice file at `path` (read from `source` when given: an open file of a store)."""
     names = meta.schema.to_arrow_schema().names
     offset_idx, et_idx = names.index(vocab.offset_column), names.index(vocab.event_time_column)
     lo, hi, max_et = None, None, None

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from airflow_odf.cli.main import main
+from airflow_odf.engine.connect_runner import SparkConnectRunner
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
 from airflow_odf.odf.chain.dataset import STAGING_PREFIX, Dataset
 from airflow_odf.odf.chain.integrity import verify_integrity
+from airflow_odf.odf.engine_client.connect_server import ConnectServer
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.options import IngestOptions
@@ -200,7 +202,11 @@ def _slices(dataset: Dataset) -> list[tuple[str, int, int, int]]:
 
 
 def _pushes(
-    repo: Repository, runner: LocalSparkRunner, files: list[Path], work: Path, log: list[str] | None = None
+    repo: Repository,
+    runner: LocalSparkRunner | SparkConnectRunner,
+    files: list[Path],
+    work: Path,
+    log: list[str] | None = None,
 ) -> tuple[Dataset, list[int]]:
     repo.add(_ledger_snapshot(), system_time=T0)
     dataset = repo.dataset(ORDERS)
@@ -359,3 +365,32 @@ def test_a_large_object_is_copied_in_parts_inside_the_bucket(
         f"{STAGING_PREFIX}/op/out/data/part-0.parquet"
     ]
     assert store.get("data/f1620abc") == content
+
+
+def test_a_connect_server_started_with_s3a_writes_and_hashes_in_the_bucket(
+    moto_endpoint: str, s3a_repo: Repository, traffic: Traffic, tmp_path: Path
+) -> None:
+    """The warm engine (`odf engine serve --s3a`'s server: the jars, the store's settings, the keys in a
+    file only its user reads): its executors hash what they wrote with the settings the driver reads
+    from the server's conf; the slices are those of a local repository and verify."""
+    conf = s3a_conf(
+        endpoint=moto_endpoint, region=REGION, path_style=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY
+    )
+    server = ConnectServer("local[2]", port=0, conf={**conf, "spark.sql.shuffle.partitions": "4"})
+    runner = SparkConnectRunner(server.start())
+    try:
+        files = [
+            _orders_csv(tmp_path / "day1.csv", 0, ROWS),
+            _orders_csv(tmp_path / "day2.csv", ROWS - 100, ROWS + 500),
+        ]
+        local = Repository.init(tmp_path / "local")
+        local_orders, local_records = _pushes(local, runner, files, tmp_path / "local-work")
+        traffic.uploaded.clear()
+        orders, records = _pushes(s3a_repo, runner, files, tmp_path / "work")
+    finally:
+        server.stop()
+    assert records == local_records == [ROWS, 500]
+    assert _slices(orders) == _slices(local_orders)
+    assert traffic.data_reads == [] and traffic.data_bytes == 0
+    assert list(orders.store.list_tree(STAGING_PREFIX)) == []
+    assert verify_integrity(orders) == []
