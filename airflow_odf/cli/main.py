@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from airflow_odf.cli.compact import register as register_compact_commands
 from airflow_odf.cli.data import register as register_data_commands
 from airflow_odf.cli.engine import LazyRunner, engine_options
 from airflow_odf.cli.engine import register as register_engine_commands
@@ -25,6 +26,8 @@ from airflow_odf.cli.errors import (
     VerificationFailed,
     positive_int,
 )
+from airflow_odf.cli.inspect import register as register_inspect_commands
+from airflow_odf.cli.query import register as register_query_commands
 from airflow_odf.cli.schema import expand_shorthand
 from airflow_odf.cli.schema import register as register_schema_commands
 from airflow_odf.cli.sync import register as register_sync_commands
@@ -407,6 +410,9 @@ def build_parser() -> argparse.ArgumentParser:
     register_data_commands(groups, repo_arg)
     register_schema_commands(groups, repo_arg)
     register_sync_commands(groups, repo_arg)
+    register_compact_commands(groups, repo_arg)
+    register_inspect_commands(groups, repo_arg)
+    register_query_commands(groups, repo_arg)
     register_engine_commands(groups)
     return parser
 

@@ -1,5 +1,5 @@
 """The engine job: one request in, one response out, the request handed to the handler of its kind
-(ingest_job, transform_job, infer_job).
+(ingest_job, transform_job, infer_job, compact_job, query_job).
 
 Runs in-process on a local SparkSession (`run_request`) or as the application of `spark-submit`
 (`python job.py --request R --response S`, the pair repeated to answer several requests on one JVM, as
@@ -36,8 +36,8 @@ def engine_info() -> dict[str, str]:
 
 
 def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    """Executes an ingest, transform or infer request (`kind`); returns the response, `error` set on
-    bad input or on a cluster whose executors cannot see the request's local folder."""
+    """Executes an ingest, transform, infer, compact or query request (`kind`); returns the response,
+    `error` set on bad input or on a cluster whose executors cannot see the request's local folder."""
     # the job's persisted frames (read input, sorted output) are unpersisted at its end
     with request_frames():
         try:
@@ -67,6 +67,14 @@ def _handler(kind: str | None) -> _Handler:
         from airflow_odf.engine.infer_job import infer
 
         return infer
+    if kind == "compact":
+        from airflow_odf.engine.compact_job import compact
+
+        return compact
+    if kind == "query":
+        from airflow_odf.engine.query_job import query
+
+        return query
     return ingest
 
 

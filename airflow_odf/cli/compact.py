@@ -1,0 +1,10 @@
+"""The `odf` commands of odf compact (hard compaction of a dataset's slices)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
+    """Adds the commands of this module to the `odf` parser."""
