@@ -134,7 +134,7 @@ def _repo(args: argparse.Namespace) -> Repository:
 
 def cmd_init(args: argparse.Namespace) -> None:
     repo = Repository.init(args.repo)
-    print(f"initialised ODF repository in {repo.root}")
+    print(f"initialised ODF repository in {repo.location}")
 
 
 def _checked(repo: Repository, snapshot: model.DatasetSnapshot, runner: LazyRunner) -> model.DatasetSnapshot:

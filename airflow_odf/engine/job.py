@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -28,6 +29,7 @@ from airflow_odf.engine.session import get_session, request_frames
 from airflow_odf.utils.parent_death import die_with_parent
 
 CONTRACT_VERSION = 1
+_JAVA_FRAME = re.compile(r"\s*(at |\.\.\. \d+ more$)")
 _Handler = Callable[[SparkSession, dict[str, Any]], dict[str, Any]]
 
 
@@ -79,7 +81,8 @@ def _handler(kind: str | None) -> _Handler:
 
 
 def _first_lines(text: str, limit: int = 6) -> str:
-    lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("at ")]
+    """The message of a Spark error without its Java stack (`at ...` frames, `... N more` elisions)."""
+    lines = [line for line in text.splitlines() if line.strip() and not _JAVA_FRAME.match(line)]
     return "\n".join(lines[:limit])
 
 
