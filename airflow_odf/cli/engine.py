@@ -93,7 +93,7 @@ class LazyRunner:
         self._remote = connect_remote(args.remote) if self._engine == "spark-connect" else None
         self._repository: str | None = getattr(args, "repo", None)
         self._runner: EngineRunner | None = None
-        # what the in-process runner raises when it cannot start a request (no server, no jars)
+        # what the runner raises when it cannot start a request (no Connect server)
         self._start_error: type[Exception] | None = None
 
     def run(self, request_json: str, work_dir: Path) -> str:
@@ -132,9 +132,7 @@ class LazyRunner:
 
         require_local_spark()
         from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
-        from airflow_odf.engine.session import SessionWithoutJars
 
-        self._start_error = SessionWithoutJars
         return LocalSparkRunner(self._master, fast_start_conf(self._s3a_conf(), self._master, None))
 
 

@@ -6,8 +6,8 @@ import json
 import threading
 from pathlib import Path
 
-from airflow_odf.engine.job import run_request
-from airflow_odf.engine.session import get_session
+from airflow_odf.engine.job import CONTRACT_VERSION, engine_info, run_request
+from airflow_odf.engine.session import SessionWithoutJars, get_session
 
 _ONE_AT_A_TIME = threading.Lock()
 
@@ -25,6 +25,12 @@ class LocalSparkRunner:
         self.conf = conf
 
     def run(self, request_json: str, work_dir: Path) -> str:
+        """The response; a session that cannot serve the request (it started without the jars the
+        request needs) is an `engine-setup` error in it, which a retry in this process would not cure."""
         with _ONE_AT_A_TIME:
-            spark = get_session(self.master, self.conf)
+            try:
+                spark = get_session(self.master, self.conf)
+            except SessionWithoutJars as e:
+                error = {"kind": "engine-setup", "message": str(e)}
+                return json.dumps({"version": CONTRACT_VERSION, "engine": engine_info(), "error": error})
             return json.dumps(run_request(spark, json.loads(request_json)))

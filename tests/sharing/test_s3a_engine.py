@@ -331,6 +331,7 @@ def test_the_local_engine_sets_the_keys_on_its_running_session(monkeypatch: pyte
     JVM's command line): they are set on the running session's Hadoop configuration. A session that
     started without the jars cannot get them: a clear error says so."""
     import airflow_odf.engine.session as session
+    from airflow_odf.engine.local_runner import LocalSparkRunner
 
     _jars_or_fail()
     fake = _FakeSpark()
@@ -355,3 +356,6 @@ def test_the_local_engine_sets_the_keys_on_its_running_session(monkeypatch: pyte
         session.get_session("local[1]", conf)
     assert str(e.value).startswith("this process's Spark session started without ")
     assert "hadoop-aws-" in str(e.value) and "(jars load only when a session starts)" in str(e.value)
+    # the in-process runner answers it as an engine-setup error: one line, which no retry here cures
+    response = json.loads(LocalSparkRunner("local[1]", conf).run(json.dumps({"version": 1}), Path(".")))
+    assert response["error"] == {"kind": "engine-setup", "message": str(e.value)}
