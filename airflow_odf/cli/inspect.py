@@ -1,10 +1,231 @@
-"""The `odf` commands of odf delete, odf rename and odf inspect lineage|query|schema."""
+"""The `odf` commands of odf delete, odf rename and odf inspect lineage|query|schema (docs/inspect.md,
+docs/repository.md).
+
+`delete` and `rename` change names only (objects become garbage for `odf gc`); `inspect` reads. What a
+repository holds is untrusted text: JSON and HTML escape it, text output escapes control characters.
+"""
 
 from __future__ import annotations
 
 import argparse
+import io
+import json
+import sys
 from typing import Any
+
+from airflow_odf.cli.errors import CommandError
+from airflow_odf.cli.schema import _changes_plain, _print_changes
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.format.manifests import table_to_plain
+from airflow_odf.odf.repo.history import QueryVersion, SchemaVersion, query_history, schema_history
+from airflow_odf.odf.repo.lineage import Lineage, lineage
+from airflow_odf.odf.repo.lineage_picture import (
+    GraphvizMissingError,
+    lineage_dot,
+    lineage_html,
+    lineage_svg,
+    lineage_text,
+)
+from airflow_odf.odf.repo.overview import repository_overview
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.text import schema_ddl, schema_yaml
+
+LINEAGE_FORMATS = ("shell", "dot", "svg", "html", "json")
+
+
+def _printable(text: str) -> str:
+    return text if text.isprintable() else repr(text)
+
+
+# ----- delete and rename -----
+
+
+def cmd_delete(args: argparse.Namespace) -> None:
+    for name, did in Repository.open(args.repo).delete(args.names, recursive=args.recursive):
+        print(f"deleted {_printable(name)} ({did})")
+    print("their blocks and data are garbage now: `odf gc` removes them")
+
+
+def cmd_rename(args: argparse.Namespace) -> None:
+    did = Repository.open(args.repo).rename(args.old, args.new)
+    print(f"renamed {args.old} to {args.new} ({did})")
+
+
+# ----- lineage -----
+
+
+def lineage_plain(graph: Lineage) -> dict[str, Any]:
+    """The `-o json` form: nodes with what is known of each, and edges `from` an input `to` its reader."""
+    return {
+        "nodes": [
+            {
+                "id": n.key,
+                "name": n.name,
+                "kind": n.kind,
+                "head": n.head,
+                "records": n.records,
+                "last_update": n.last_update,
+                "error": n.error,
+            }
+            for n in graph.nodes
+        ],
+        "edges": [{"from": e.source, "to": e.target, "relation": e.relation} for e in graph.edges],
+    }
+
+
+def cmd_lineage(args: argparse.Namespace) -> None:
+    repo = Repository.open(args.repo)
+    graph = lineage(repository_overview(repo))
+    if args.names:
+        graph = graph.around([str(repo.resolve(name, damaged=True)) for name in args.names])
+    try:
+        if args.output == "shell":
+            text = lineage_text(graph)
+        elif args.output == "dot":
+            text = lineage_dot(graph)
+        elif args.output == "svg":
+            text = lineage_svg(graph) + "\n"
+        elif args.output == "html":
+            text = lineage_html(graph, f"Lineage of {repo.location}")
+        else:
+            text = json.dumps(lineage_plain(graph), indent=2) + "\n"
+    except GraphvizMissingError as e:
+        raise CommandError(
+            f"{e}: install it (Debian: apt-get install graphviz), or ask for -o dot, json or shell"
+        ) from None
+    sys.stdout.write(text)
+
+
+# ----- query history -----
+
+
+def _recorded(version: SchemaVersion | QueryVersion) -> dict[str, Any]:
+    r = version.recorded
+    return {"block": str(r.block_hash), "sequence_number": r.sequence_number, "system_time": r.system_time}
+
+
+def _query_plain(v: QueryVersion) -> dict[str, Any]:
+    t = v.transform
+    return {
+        **_recorded(v),
+        "engine": t.engine,
+        "version": t.version,
+        "queries": [{"alias": s.alias, "query": s.query} for s in t.queries or []],
+        "temporal_tables": [table_to_plain(tt) for tt in t.temporal_tables or []],
+        "inputs": [{"alias": i.alias, "dataset_id": i.dataset_id, "name": i.name} for i in v.inputs],
+    }
+
+
+def _indented(text: str, by: str = "    ") -> str:
+    """Each line indented, and escaped when it holds control characters (tabs are fine)."""
+    return "".join(f"{by}{_printable(line.expandtabs())}\n" for line in text.rstrip().splitlines())
+
+
+def _heading(version: SchemaVersion | QueryVersion) -> str:
+    r = version.recorded
+    return f"block {r.block_hash}  #{r.sequence_number}  {r.system_time}\n"
+
+
+def _query_text(v: QueryVersion) -> str:
+    t = v.transform
+    out = _heading(v) + f"  engine: {t.engine}" + (f" {t.version}" if t.version else "") + "\n  inputs:\n"
+    for i in v.inputs:
+        name = _printable(i.name) if i.name else "(not in this repository)"
+        out += f"    {_printable(i.alias)}: {name} {i.dataset_id}\n"
+    for tt in t.temporal_tables or []:
+        out += f"  temporal table {_printable(tt.name)} (primary key {', '.join(tt.primary_key)})\n"
+    for step in t.queries or []:
+        out += f"  step {_printable(step.alias)}:\n" if step.alias else "  output:\n"
+        out += _indented(step.query)
+    return out
+
+
+def cmd_query(args: argparse.Namespace) -> None:
+    versions = query_history(Repository.open(args.repo), args.name)
+    if args.format == "json":
+        print(json.dumps({"dataset": args.name, "versions": [_query_plain(v) for v in versions]}, indent=2))
+    else:
+        sys.stdout.write("\n".join(_query_text(v) for v in versions))
+
+
+# ----- schema and its history -----
+
+
+def _schema_plain(v: SchemaVersion) -> dict[str, Any]:
+    changes = None if v.changes is None else _changes_plain(v.changes)
+    return {**_recorded(v), "legacy": v.legacy, "schema": table_to_plain(v.schema), "changes": changes}
+
+
+def _print_schema(v: SchemaVersion, history: bool) -> None:
+    legacy = "  (a legacy raw Arrow schema, shown in ODF form)" if v.legacy else ""
+    sys.stdout.write(_heading(v).rstrip("\n") + legacy + "\n")
+    if history:
+        if v.changes is None:
+            print("  the first schema")
+        elif not v.changes:
+            print("  no column changed (the same schema recorded again)")
+        else:
+            table = io.StringIO()
+            _print_changes(v.changes, table)
+            sys.stdout.write(_indented(table.getvalue(), "  "))
+    try:
+        columns = schema_ddl(v.schema).text + "\n"
+    except OdfError:  # a type without a DDL form: the whole schema as ODF YAML
+        columns = schema_yaml(v.schema)
+    sys.stdout.write(_indented(columns))
+
+
+def cmd_schema(args: argparse.Namespace) -> None:
+    dataset = Repository.open(args.repo).dataset(args.name)
+    history = schema_history(dataset, dataset.existing_head(), max_versions=None if args.history else 1)
+    if not history.versions:
+        raise CommandError(f"{args.name} has no schema yet: its first ingest or transform records one")
+    if args.format == "json":
+        versions = [_schema_plain(v) for v in history.versions]
+        print(json.dumps({"dataset": args.name, "versions": versions}, indent=2))
+        return
+    for i, v in enumerate(history.versions):
+        if i:
+            print()
+        _print_schema(v, args.history)
 
 
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
-    """Adds the commands of this module to the `odf` parser."""
+    """Adds `odf delete`, `odf rename` and `odf inspect lineage|query|schema` to the `odf` parser."""
+    p = groups.add_parser(
+        "delete", parents=[repo_arg], help="delete datasets (their objects become garbage for `odf gc`)"
+    )
+    p.add_argument("names", nargs="+", metavar="NAME", help="a dataset's name or did:odf")
+    p.add_argument(
+        "-r", "--recursive", action="store_true", help="also delete every derivative that reads them"
+    )
+    p.set_defaults(func=cmd_delete)
+    p = groups.add_parser("rename", parents=[repo_arg], help="give a dataset a new name")
+    p.add_argument("old")
+    p.add_argument("new")
+    p.set_defaults(func=cmd_rename)
+
+    inspect = groups.add_parser(
+        "inspect", help="the lineage of datasets, the history of a query or a schema"
+    ).add_subparsers(dest="command", required=True)
+    p = inspect.add_parser(
+        "lineage", parents=[repo_arg], help="the dependency graph of the repository's datasets"
+    )
+    p.add_argument("names", nargs="*", metavar="NAME", help="only these and their upstream and downstream")
+    p.add_argument("-o", "--output", choices=LINEAGE_FORMATS, default="shell", help="default: shell")
+    p.set_defaults(func=cmd_lineage)
+    p = inspect.add_parser(
+        "query", parents=[repo_arg], help="how a derivative's transformation changed, newest first"
+    )
+    p.add_argument("name")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_query)
+    p = inspect.add_parser(
+        "schema", parents=[repo_arg], help="a dataset's schema, or (--history) every schema it had"
+    )
+    p.add_argument("name")
+    p.add_argument(
+        "--history", action="store_true", help="every SetDataSchema and what changed, newest first"
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_schema)

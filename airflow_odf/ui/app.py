@@ -26,10 +26,13 @@ from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.odf.chain.dataset import Dataset, block_key
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.repo.history import schema_history
+from airflow_odf.odf.repo.lineage import lineage
+from airflow_odf.odf.repo.lineage_picture import GraphvizMissingError, LineageGraphError, lineage_svg
+from airflow_odf.odf.repo.overview import dataset_overview, repository_overview
 from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository, RepositoryError
 from airflow_odf.odf.storage.redact import redact_text, redact_url
 from airflow_odf.ui import facts, pages
-from airflow_odf.ui.lineage_graph import LineageGraphError, lineage_svg
 
 ENV_CONNECTION_PREFIX = "AIRFLOW_CONN_"
 # No scripts at all; styles inline; the page may be framed by Airflow's own UI only.
@@ -191,16 +194,18 @@ def create_app() -> FastAPI:
         paths = _paths(request)
         repo, location = _repository(connection_id)
         try:
-            rows = facts.dataset_rows(repo)
+            rows = repository_overview(repo)
         except OdfError as e:
             _unreadable(location, e)
-        graph = facts.lineage(rows)
+        graph = lineage(rows)
         names = {r.dataset_id: r.name for r in rows if r.dataset_id and r.error is None}
         svg, graph_error = None, None
         try:
             svg = lineage_svg(
                 graph, lambda key: paths.dataset(connection_id, names[key]) if key in names else None
             )
+        except GraphvizMissingError:
+            graph_error = "No picture of the lineage: Graphviz is not installed on the API server (no `dot`)"
         except LineageGraphError as e:
             graph_error = f"No picture of the lineage: {e}"
         return _html(pages.repository_page(paths, connection_id, location, rows, graph, svg, graph_error))
@@ -213,7 +218,7 @@ def create_app() -> FastAPI:
         ds = _dataset(repo, name)
         as_of = _block_hash(ds, name, head) if head else None
         try:
-            row, state = facts.dataset_row(ds, name)
+            row, state = dataset_overview(ds, name)
             start = as_of or state.head
             view = pages.DatasetView(
                 row=row,
@@ -242,7 +247,7 @@ def create_app() -> FastAPI:
         repo, _ = _repository(connection_id)
         ds = _dataset(repo, name)
         try:
-            history = facts.schema_history(ds, ds.existing_head())
+            history = schema_history(ds, ds.existing_head(), max_blocks=facts.SCAN_BLOCKS)
         except OdfError as e:
             _unreadable(name, e)
         return _html(pages.schema_page(_paths(request), connection_id, name, history))

@@ -5,12 +5,13 @@ summary cache a reader would refresh stays as it is. Every answer is bounded wha
 of the chain is `BLOCKS_PER_PAGE` blocks, the records are the newest `RECORDS` rows, read from the last
 row groups of the newest slices (a slice in S3 or behind HTTP is fetched whole), and the records and the
 schema history look back at most `SCAN_BLOCKS` blocks. Everything a repository holds is untrusted
-text: callers escape it.
+text: callers escape it. The datasets' overview, their lineage and the schema history come from the core
+(`airflow_odf.odf.repo.overview`, `lineage`, `history`), which `odf inspect` shares.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,12 @@ import pyarrow.parquet as pq
 
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.rules import ChainState
-from airflow_odf.odf.chain.verification import read_record
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import dump_manifest
-from airflow_odf.odf.format.multiformats import DatasetId, Multihash
-from airflow_odf.odf.repo.repository import ListedDataset, Repository
-from airflow_odf.odf.schema.evolution import SchemaChange, diff_schemas, odf_schema
+from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.evolution import odf_schema
 from airflow_odf.odf.schema.text import schema_ddl, schema_yaml
 from airflow_odf.odf.storage.http import ReadOnlyStoreError
 from airflow_odf.odf.storage.store import ObjectStore
@@ -87,76 +87,7 @@ def open_read_only(url: str, credentials: StoreCredentials | None = None) -> Rep
     return Repository.in_store(ReadOnlyStore(open_store(url, credentials=credentials)), url)
 
 
-# ----- the last verification (the record kept beside the chain) -----
-
-
-@dataclass(frozen=True)
-class Verification:
-    """Which head was last verified, when and how."""
-
-    head: str
-    time: str
-    how: str
-
-
-def last_verification(dataset: Dataset) -> Verification | None:
-    """The dataset's verification record as a person reads it; None when there is none (or it is
-    unreadable: the core then ignores it too)."""
-    record = read_record(dataset)
-    entry = record.integrity
-    if entry is None:
-        return None
-    how = "full" if entry.full else "incremental"
-    if record.replay is not None and record.replay.head == entry.head:
-        engine = record.replay.engine
-        how += ", transforms replayed" + (f" on {engine}" if engine else "")
-    return Verification(head=str(entry.head), time=str(entry.verified_at), how=how)
-
-
-# ----- the repository: its datasets and their lineage -----
-
-
-@dataclass(frozen=True)
-class DatasetRow:
-    """One dataset of the repository; a dataset that cannot be read has `error` and no state."""
-
-    name: str
-    dataset_id: str | None
-    kind: str | None = None
-    head: str | None = None
-    blocks: int | None = None
-    records: int | None = None
-    last_update: str | None = None
-    verification: Verification | None = None
-    inputs: tuple[tuple[str, str], ...] = ()  # (dataset id, alias) of a derivative's inputs
-    error: str | None = None
-
-
-def dataset_row(dataset: Dataset, name: str) -> tuple[DatasetRow, ChainState]:
-    """A dataset's row and its state; OdfError when it cannot be read."""
-    dataset.existing_head()
-    state = dataset.state()
-    inputs = state.transform.inputs if state.transform is not None else []
-    row = DatasetRow(
-        name=name,
-        dataset_id=None if state.dataset_id is None else str(state.dataset_id),
-        kind=state.kind.name.capitalize() if state.kind is not None else None,
-        head=str(state.head),
-        blocks=state.num_blocks,
-        records=state.num_records,
-        last_update=None if state.system_time is None else str(state.system_time),
-        verification=last_verification(dataset),
-        inputs=tuple((str(DatasetId.parse(i.dataset_ref)), i.alias or i.dataset_ref) for i in inputs),
-    )
-    return row, state
-
-
-def _listed_row(repo: Repository, entry: ListedDataset) -> DatasetRow:
-    try:
-        return dataset_row(repo.dataset_of(entry), entry.name)[0]
-    except OdfError as e:
-        did = None if entry.dataset_id is None else str(entry.dataset_id)
-        return DatasetRow(entry.name, did, error=str(e))
+# ----- schemas -----
 
 
 @dataclass(frozen=True)
@@ -176,37 +107,6 @@ def schema_text(schema: model.DataSchema) -> SchemaText:
 def current_schema(state: ChainState) -> SchemaText | None:
     """The schema at the head; None before the first SetDataSchema."""
     return None if state.schema is None else schema_text(odf_schema(state.schema))
-
-
-def dataset_rows(repo: Repository) -> list[DatasetRow]:
-    """Every dataset, sorted by name; a broken one is listed with its error, never hiding the others."""
-    return [_listed_row(repo, entry) for entry in repo.scan()]
-
-
-@dataclass(frozen=True)
-class LineageNode:
-    key: str  # the dataset id
-    name: str
-    kind: str | None  # None: not in this repository (an input known only by its alias)
-
-
-@dataclass(frozen=True)
-class Lineage:
-    nodes: list[LineageNode]
-    edges: list[tuple[str, str]]  # (input's key, derivative's key)
-
-
-def lineage(rows: Sequence[DatasetRow]) -> Lineage:
-    """Datasets as nodes, each derivative's inputs as edges; an input that is not in the repository is a
-    node of its own, named by the alias the derivative gives it."""
-    nodes = {r.dataset_id: LineageNode(r.dataset_id, r.name, r.kind or "?") for r in rows if r.dataset_id}
-    edges = []
-    for row in rows:
-        for input_id, alias in row.inputs:
-            nodes.setdefault(input_id, LineageNode(input_id, alias, None))
-            if row.dataset_id:
-                edges.append((input_id, row.dataset_id))
-    return Lineage(list(nodes.values()), edges)
 
 
 # ----- a dataset's chain -----
@@ -293,49 +193,6 @@ class BlockDetail:
 def block_detail(dataset: Dataset, block_hash: Multihash) -> BlockDetail:
     block = dataset.block(block_hash)
     return BlockDetail(_entry(block_hash, block), dump_manifest(block))
-
-
-# ----- schema history -----
-
-
-@dataclass(frozen=True)
-class SchemaVersion:
-    block: BlockEntry
-    text: SchemaText
-    legacy: bool
-    changes: list[SchemaChange] | None  # from the version before; None: the first (or none seen before)
-
-
-@dataclass(frozen=True)
-class SchemaHistory:
-    versions: list[SchemaVersion]  # newest first
-    complete: bool  # False: the scan stopped after SCAN_BLOCKS blocks
-
-
-def schema_history(dataset: Dataset, start: Multihash, max_blocks: int = SCAN_BLOCKS) -> SchemaHistory:
-    """Every SetDataSchema from `start` back (within `max_blocks` blocks), each with its evolution from
-    the one before, by the core's evolution rules."""
-    found: list[tuple[Multihash, model.MetadataBlock]] = []
-    complete = True
-    for scanned, (block_hash, block) in enumerate(dataset.iter_blocks(start)):
-        if scanned == max_blocks:
-            complete = False
-            break
-        if isinstance(block.event, model.SetDataSchema):
-            found.append((block_hash, block))
-    schemas = [odf_schema(block.event) for _, block in found]
-    versions = []
-    for i, (block_hash, block) in enumerate(found):
-        older = found[i + 1][1].event if i + 1 < len(found) else None
-        changes = None
-        if older is not None:
-            changes = diff_schemas(schemas[i + 1], schemas[i], ignore_optionality=older.schema is None)
-        versions.append(
-            SchemaVersion(
-                _entry(block_hash, block), schema_text(schemas[i]), block.event.schema is None, changes
-            )
-        )
-    return SchemaHistory(versions, complete)
 
 
 # ----- the latest records -----

@@ -3,7 +3,7 @@
 What a repository holds (names, descriptions, records, messages) is untrusted: every text goes through
 `_text` (HTML-escaped, quotes included) and every link is built by `Paths` from percent-encoded parts,
 so no value can open a tag, an attribute or a `javascript:` link. The SVG of the lineage graph comes
-from `lineage_graph`, which escapes its own text.
+from the core's `lineage_picture`, which escapes its own text.
 """
 
 from __future__ import annotations
@@ -13,18 +13,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from airflow_odf.odf.repo.history import SchemaHistory
+from airflow_odf.odf.repo.lineage import Lineage
+from airflow_odf.odf.repo.overview import DatasetOverview, Verification
 from airflow_odf.odf.schema.evolution import SchemaChange
-from airflow_odf.ui.facts import (
-    BlockDetail,
-    BlockEntry,
-    ChainPage,
-    DatasetRow,
-    Lineage,
-    Records,
-    SchemaHistory,
-    SchemaText,
-    Verification,
-)
+from airflow_odf.ui.facts import BlockDetail, BlockEntry, ChainPage, Records, SchemaText, schema_text
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5rem;
@@ -137,7 +130,7 @@ def _verification(v: Verification | None) -> str:
     return f"{head} {_text(v.time)} ({_text(v.how)})"
 
 
-def _dataset_cells(paths: Paths, conn_id: str, row: DatasetRow) -> list[str]:
+def _dataset_cells(paths: Paths, conn_id: str, row: DatasetOverview) -> list[str]:
     name = _link(paths.dataset(conn_id, row.name), row.name)
     if row.error is not None:
         return [
@@ -165,12 +158,12 @@ def repository_page(
     paths: Paths,
     conn_id: str,
     location: str,
-    rows: Sequence[DatasetRow],
+    rows: Sequence[DatasetOverview],
     graph: Lineage,
     svg: str | None,
     graph_error: str | None,
 ) -> str:
-    """The datasets of a repository and their lineage (`svg` from `lineage_graph`, or `graph_error`)."""
+    """The datasets of a repository and their lineage (`svg` from `lineage_picture`, or `graph_error`)."""
     header = ["Dataset", "Kind", "Head", "Blocks", "Records", "Last update", "Last verification"]
     datasets = (
         _table(header, [_dataset_cells(paths, conn_id, r) for r in rows])
@@ -181,7 +174,7 @@ def repository_page(
         picture = f'<div class="graph">{svg}</div>'
     else:
         names = {node.key: node.name for node in graph.nodes}
-        edges = [[_text(names[a]), _text(names[b])] for a, b in graph.edges]
+        edges = [[_text(names[e.source]), _text(names[e.target])] for e in graph.edges]
         picture = f'<p class="error">{_text(graph_error)}</p>' + _table(["Input", "Derivative"], edges)
     body = (
         f'<p class="note">Connection <code>{_text(conn_id)}</code>: <code>{_text(location)}</code></p>'
@@ -222,7 +215,7 @@ def _records(records: Records | None) -> str:
 class DatasetView:
     """What the dataset page shows: the dataset as of block `as_of` (its head unless asked otherwise)."""
 
-    row: DatasetRow
+    row: DatasetOverview
     as_of: str
     schema: SchemaText | None
     chain: ChainPage
@@ -313,12 +306,13 @@ def _changes(changes: list[SchemaChange] | None) -> str:
 def schema_page(paths: Paths, conn_id: str, name: str, history: SchemaHistory) -> str:
     parts = []
     for v in history.versions:
-        b = v.block
+        b = v.recorded
+        block_hash = str(b.block_hash)
         legacy = " (a legacy raw Arrow schema, shown in ODF form)" if v.legacy else ""
         parts.append(
             f"<h2>Block {_text(b.sequence_number)} · {_text(b.system_time)}</h2>"
-            f"<p>{_link(paths.block(conn_id, name, b.hash), b.hash)}{_text(legacy)}</p>"
-            f"{_changes(v.changes)}{_schema(v.text)}"
+            f"<p>{_link(paths.block(conn_id, name, block_hash), block_hash)}{_text(legacy)}</p>"
+            f"{_changes(v.changes)}{_schema(schema_text(v.schema))}"
         )
     if not history.versions:
         parts.append('<p class="note">No schema recorded yet.</p>')

@@ -340,8 +340,8 @@ def test_everything_from_the_repository_is_escaped(client: TestClient, pipeline:
 @needs_dot
 def test_names_in_the_graph_are_escaped() -> None:
     """An input outside the repository is drawn by the alias a SetTransform gives it: any text."""
-    from airflow_odf.ui.facts import Lineage, LineageNode
-    from airflow_odf.ui.lineage_graph import lineage_dot, lineage_svg
+    from airflow_odf.odf.repo.lineage import Lineage, LineageNode
+    from airflow_odf.odf.repo.lineage_picture import lineage_dot, lineage_svg
 
     evil = f'a"]; x [label="injected"]; \\N {EVIL}'
     graph = Lineage([LineageNode("did:odf:x", evil, None), LineageNode("did:odf:y", "b", "Root")], [])

@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -361,6 +361,102 @@ class Repository:
             if self.store.exists(key) and self._read_alias(key) == dataset_id:
                 return  # named so by a concurrent pull of the same dataset
             raise
+
+    # ----- deleting and renaming -----
+
+    def readers(self, skip: Collection[DatasetId] = ()) -> dict[DatasetId, list[DatasetId]]:
+        """Which datasets of the repository read each dataset (by their current SetTransform).
+
+        RepositoryError naming a dataset that cannot be read (then what reads what is unknown), unless it
+        is one of `skip` (e.g. the broken datasets being deleted)."""
+        out: dict[DatasetId, list[DatasetId]] = {}
+        for entry in self.scan():
+            if entry.dataset_id in skip:
+                continue
+            try:
+                dataset = self.dataset_of(entry)
+                dataset.existing_head()  # a missing head is damage, not an empty dataset
+                transform = dataset.state().transform
+                inputs = [DatasetId.parse(i.dataset_ref) for i in transform.inputs] if transform else []
+            except OdfError as e:
+                raise RepositoryError(
+                    f"{entry.name} cannot be read, so whether it reads the dataset is unknown: {e}"
+                ) from None
+            for did in inputs:
+                out.setdefault(did, []).append(entry.dataset_id)  # dataset_of: not None
+        return out
+
+    def delete(self, refs: Sequence[str], *, recursive: bool = False) -> list[tuple[str, DatasetId]]:
+        """Deletes datasets (by name or DID); with `recursive` also every derivative of the repository
+        that reads them, directly or not. Returns `(name, did)` of each, in the order deleted.
+
+        Refused (RepositoryError listing them by name) while derivatives outside the set read one of
+        them. Derivatives go before their inputs, so no derivative is ever left reading a deleted
+        dataset. Of each, the name goes first (compare-and-swap: a name taken meanwhile by another
+        dataset stays), then the name the folder records: the folder is then garbage for `odf gc`. A
+        crash in between leaves a nameless folder `gc` keeps as a dataset; `odf delete DID` ends it."""
+        targets = [self.resolve(ref, damaged=True) for ref in refs]
+        readers = self.readers(skip=targets)
+        chosen = set(targets)
+        if recursive:
+            pending = list(targets)
+            while pending:
+                for reader in readers.get(pending.pop(), []):
+                    if reader not in chosen:
+                        chosen.add(reader)
+                        pending.append(reader)
+        for did in targets:
+            outside = [r for r in readers.get(did, []) if r not in chosen]
+            if outside:
+                names = ", ".join(sorted(self._shown_name(r) for r in outside))
+                raise RepositoryError(
+                    f"{self._shown_name(did)} is read by derivatives: {names} "
+                    "(delete them first, or all of them with -r)"
+                )
+        deleted = []
+        remaining = set(chosen)
+        while remaining:  # derivatives before their inputs
+            ready = [d for d in remaining if not any(r in remaining for r in readers.get(d, []))]
+            for did in sorted(ready or remaining, key=str):
+                deleted.append((self._shown_name(did), did))
+                self._unname(did)
+                remaining.discard(did)
+        return deleted
+
+    def _shown_name(self, dataset_id: DatasetId) -> str:
+        names = self.names_of(dataset_id)
+        return names[0] if names else str(dataset_id)
+
+    def _unname(self, dataset_id: DatasetId) -> None:
+        """Takes every name of a dataset away, then the name its folder records (see `delete`)."""
+        for name in self.names_of(dataset_id):
+            key = self._alias_key(name)
+            raw = self.store.get_or_none(key)
+            if raw is not None and self._read_alias(key) == dataset_id:
+                self.store.compare_and_swap(key, raw, None)
+        self.dataset_by_id(dataset_id).store.delete(ALIAS_KEY)
+
+    def rename(self, old: str, new: str) -> DatasetId:
+        """Gives a dataset a new name; nothing else changes (derivatives read their inputs by DID).
+
+        The new name is taken first (compare-and-swap: RepositoryError when another dataset has it),
+        then recorded in the dataset's folder, then the old one is dropped: a crash in between leaves
+        both names, and running the rename again completes it."""
+        if old.startswith("did:"):
+            raise RepositoryError(f"{old!r}: give the name of the dataset to rename")
+        did = self.resolve(old, damaged=True)
+        old_key, new_key = self._alias_key(old), self._alias_key(new)
+        raw = self.store.get(old_key)
+        if new_key != old_key:
+            try:
+                self.store.compare_and_swap(new_key, None, raw)
+            except ConflictError:
+                if self._read_alias(new_key) != did:
+                    raise RepositoryError(f"the name {new!r} is taken in {self.location}") from None
+        self.dataset_by_id(did).store.put(ALIAS_KEY, new.encode())
+        if new_key != old_key:
+            self.store.compare_and_swap(old_key, raw, None)
+        return did
 
     # ----- housekeeping -----
 

@@ -8,13 +8,13 @@ sync.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.repo.remotes import PULL, PUSH, remember_remote, remotes
 from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository, RepositoryError
 from airflow_odf.odf.sharing.sync import (
     DEFAULT_PARALLEL_TRANSFERS,
@@ -26,10 +26,6 @@ from airflow_odf.odf.sharing.sync import (
 )
 from airflow_odf.odf.storage.store import ConflictError
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
-
-REMOTES_KEY = "info/remotes"
-PULL = "pull"
-PUSH = "push"
 
 
 @dataclass(frozen=True)
@@ -59,29 +55,6 @@ class SharingResult:
             "bytes_transferred": r.bytes_transferred,
             "up_to_date": r.up_to_date,
         }
-
-
-def remotes(dataset: Dataset) -> dict[str, list[str]]:
-    """`{"pull": [urls], "push": [urls]}` remembered for a dataset, most recent last."""
-    raw = dataset.store.get_or_none(REMOTES_KEY)
-    if not raw:
-        return {PULL: [], PUSH: []}
-    try:
-        plain = json.loads(raw)
-        urls = {d: list(plain.get(d, [])) for d in (PULL, PUSH)}
-        valid = all(isinstance(u, str) for direction in urls.values() for u in direction)
-    except (ValueError, AttributeError, TypeError):
-        valid = False
-    if not valid:
-        raise SyncError(f"{REMOTES_KEY} of {dataset.store!r} is not a JSON object of URL lists")
-    return urls
-
-
-def remember_remote(dataset: Dataset, direction: str, url: str) -> None:
-    current = remotes(dataset)
-    urls = [u for u in current[direction] if u != url]
-    current[direction] = [*urls, url]
-    dataset.store.put(REMOTES_KEY, json.dumps(current, indent=2).encode())
 
 
 def last_remote(dataset: Dataset, direction: str, name: str) -> str:
