@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from airflow_odf.cli.errors import CommandError
-from airflow_odf.cli.schema import _changes_plain, _print_changes
+from airflow_odf.cli.schema import changes_plain, print_changes
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.manifests import table_to_plain
 from airflow_odf.odf.repo.history import QueryVersion, SchemaVersion, query_history, schema_history
@@ -152,7 +152,7 @@ def cmd_query(args: argparse.Namespace) -> None:
 
 
 def _schema_plain(v: SchemaVersion) -> dict[str, Any]:
-    changes = None if v.changes is None else _changes_plain(v.changes)
+    changes = None if v.changes is None else changes_plain(v.changes)
     return {**_recorded(v), "legacy": v.legacy, "schema": table_to_plain(v.schema), "changes": changes}
 
 
@@ -166,7 +166,7 @@ def _print_schema(v: SchemaVersion, history: bool) -> None:
             print("  no column changed (the same schema recorded again)")
         else:
             table = io.StringIO()
-            _print_changes(v.changes, table)
+            print_changes(v.changes, table)
             sys.stdout.write(_indented(table.getvalue(), "  "))
     try:
         columns = schema_ddl(v.schema).text + "\n"

@@ -91,14 +91,14 @@ def cmd_show(args: argparse.Namespace) -> None:
     sys.stdout.write(_render(schema, args.format, args.name))
 
 
-def _changes_plain(changes: list[Any]) -> list[dict[str, Any]]:
+def changes_plain(changes: list[Any]) -> list[dict[str, Any]]:
     return [
         {"column": c.column, "old": c.old, "new": c.new, "rule": c.rule, "allowed": c.allowed}
         for c in changes
     ]
 
 
-def _print_changes(changes: list[Any], out: Any = None) -> None:
+def print_changes(changes: list[Any], out: Any = None) -> None:
     """One line per change, in aligned columns: COLUMN OLD NEW RULE ALLOWED (to stdout by default)."""
     rows = [("COLUMN", "OLD", "NEW", "RULE", "ALLOWED")]
     rows += [(c.column, c.old or "-", c.new or "-", c.rule, "yes" if c.allowed else "no") for c in changes]
@@ -130,7 +130,7 @@ def cmd_infer(args: argparse.Namespace) -> None:
         _note(f"{args.name}: widened in Spark: {w}")
     if result.changes:
         _note(f"{args.name}: differs from the recorded schema:")
-        _print_changes(result.changes, sys.stderr)
+        print_changes(result.changes, sys.stderr)
     if result.committed:
         _note(f"{args.name}: schema committed before any data (block {result.new_head})")
     elif args.commit:
@@ -146,12 +146,12 @@ def cmd_diff(args: argparse.Namespace) -> None:
     _, changes = check_proposed(dataset, proposed, args.name)
     allowed = all(c.allowed for c in changes)
     if args.format == "json":
-        report = {"dataset": args.name, "allowed": allowed, "changes": _changes_plain(changes)}
+        report = {"dataset": args.name, "allowed": allowed, "changes": changes_plain(changes)}
         print(json.dumps(report, indent=2))
     elif not changes:
         print(f"{args.name}: no change")
     else:
-        _print_changes(changes)
+        print_changes(changes)
     if not allowed:
         denied = sorted({c.rule for c in changes if not c.allowed})
         _note(f"{args.name}: the proposed schema breaks the evolution rules ({', '.join(denied)})")
@@ -166,7 +166,7 @@ def cmd_apply(args: argparse.Namespace) -> None:
     dataset = Repository.open(args.repo).dataset(args.name)
     result = apply_schema(dataset, proposed, args.name)
     if result.changes:
-        _print_changes(result.changes)
+        print_changes(result.changes)
     print(result.message)
 
 
