@@ -99,12 +99,41 @@ def upload_csv(s3: Any, bucket: str, megabytes: int, object_mb: int) -> int:
     return total
 
 
+def event_log_conf(folder: Path) -> dict[str, str]:
+    """Spark's event log into `folder` (fresh): where the time of a run went, job by job."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": folder.as_uri()}
+
+
+def job_times(folder: Path) -> list[tuple[float, str]]:
+    """(seconds, call site) of each Spark job in the event log under `folder`, in start order."""
+    started: dict[int, tuple[int, str]] = {}
+    jobs = []
+    for log in sorted(folder.iterdir()):
+        for line in log.read_text(encoding="utf-8").splitlines():
+            event = json.loads(line)
+            if event["Event"] == "SparkListenerJobStart":
+                site = (event.get("Properties") or {}).get("callSite.short", "?")
+                started[event["Job ID"]] = (event["Submission Time"], site)
+            elif event["Event"] == "SparkListenerJobEnd" and event["Job ID"] in started:
+                at, site = started.pop(event["Job ID"])
+                jobs.append((at, (event["Completion Time"] - at) / 1000, site))
+    return [(seconds, site) for _, seconds, site in sorted(jobs)]
+
+
+def print_job_times(label: str, folder: Path) -> None:
+    jobs = job_times(folder)
+    listed = ", ".join(f"{site} {seconds:.1f} s" for seconds, site in jobs if seconds >= 1)
+    print(f"    {label} Spark jobs: {sum(s for s, _ in jobs):.1f} s in {len(jobs)} jobs ({listed})")
+
+
 def time_bare_job(
     cluster: StandaloneCluster, conf: dict[str, str], bucket: str, scratch: Path
 ) -> tuple[float, Any]:
     """The baseline through the cluster: wall seconds of the whole `spark-submit` (JVM start included,
     as for the ingest) and what the job found."""
-    public, secrets = split_secrets(conf)
+    public, secrets = split_secrets({**conf, **event_log_conf(scratch / "events-bare")})
     result = scratch / "bare.json"
     args = [
         "csv-to-parquet",
@@ -155,8 +184,9 @@ content:
 class CountingMoto(ThreadedMotoServer):
     """moto's S3 server, counting the bytes each kind of client sent and got: this script's own client
     (set-up and checks: its user agent carries BENCH_AGENT), Spark's s3a (on the executors and on the
-    driver: the AWS SDK for Java and s3a's analytics accelerator, both naming Hadoop first) and everything
-    else, which is the ODF core in the `odf` process (boto3)."""
+    driver: the AWS SDK for Java and s3a's analytics accelerator, both naming Hadoop first), the executors'
+    Python hashing what they wrote (Arrow's S3 client: the AWS SDK for C++) and everything else, which is
+    the ODF core in the `odf` process (boto3)."""
 
     def __init__(self) -> None:
         super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
@@ -179,7 +209,15 @@ class CountingMoto(ThreadedMotoServer):
 
         def counted(environ: dict[str, Any], start_response: Any) -> Iterator[bytes]:
             agent = environ.get("HTTP_USER_AGENT", "")
-            client = "bench" if BENCH_AGENT in agent else "s3a" if agent.startswith("Hadoop") else "core"
+            client = (
+                "bench"
+                if BENCH_AGENT in agent
+                else "s3a"
+                if agent.startswith("Hadoop")
+                else "executors-python"
+                if agent.startswith("aws-sdk-cpp")
+                else "core"
+            )
             body = _CountingInput(environ["wsgi.input"])
             environ["wsgi.input"] = body
             got = 0
@@ -259,6 +297,7 @@ class OdfRun:
     slice_rows: int  # counted in the committed slices' Parquet footers
     core_bytes: tuple[int, int, int]  # requests, bytes sent, bytes got by the ODF core
     s3a_bytes: tuple[int, int, int]  # the same for Spark's s3a (executors and driver)
+    hashing_bytes: tuple[int, int, int]  # the same for the executors' Python (Arrow's S3 client: hashing)
     scratch_peak: int  # the coordinator's work dir: largest size seen during the run
     scratch_after: int  # and its size after it
 
@@ -281,7 +320,8 @@ def time_odf_ingest(
     work = scratch / f"odf-work-{run}"
     conf_dir = scratch / "spark-conf"  # the executors' memory, as the bare job's --conf gives it
     conf_dir.mkdir(exist_ok=True)
-    (conf_dir / "spark-defaults.conf").write_text(f"spark.executor.memory {executor_memory}\n")
+    defaults = {"spark.executor.memory": executor_memory, **event_log_conf(scratch / f"events-odf-{run}")}
+    (conf_dir / "spark-defaults.conf").write_text("".join(f"{k} {v}\n" for k, v in defaults.items()))
     env = {
         **os.environ,
         "AWS_ENDPOINT_URL": endpoint,
@@ -336,6 +376,7 @@ def time_odf_ingest(
         slice_rows=slice_rows,
         core_bytes=tuple(counted.get("core", (0, 0, 0))),
         s3a_bytes=tuple(counted.get("s3a", (0, 0, 0))),
+        hashing_bytes=tuple(counted.get("executors-python", (0, 0, 0))),
         scratch_peak=scratch_size.peak,
         scratch_after=folder_size(work),
     )
@@ -430,6 +471,7 @@ def main() -> None:
                 f"{found['write_seconds']:.1f} s of it, the rest JVM and executor start and the read-back "
                 f"check), {found['rows']:,} rows"
             )
+            print_job_times("bare", scratch / "events-bare")
             odf = time_odf_ingest(
                 cluster, moto, endpoint, bucket, scratch, run=run, executor_memory=args.memory
             )
@@ -446,12 +488,15 @@ def main() -> None:
                 f"{odf.seconds:.1f} s wall, {ratios[-1]:.2f}x the bare job (target <= 1.3x), "
                 f"{odf.records:,} records checked in the slices"
             )
+            print_job_times("ODF", scratch / f"events-odf-{run}")
             print(
                 f"[{run}] through the coordinator: the core's {requests:,} S3 requests sent {sent:,} and got "
                 f"{got:,} bytes; its work dir held at most {odf.scratch_peak:,} bytes ({odf.scratch_after:,} "
                 f"after): {through:,} bytes, {100 * through / csv_bytes:.3f}% of the CSV (target <= 1%); "
                 f"Spark's s3a (executors and driver): {odf.s3a_bytes[0]:,} requests, sent "
-                f"{odf.s3a_bytes[1]:,}, got {odf.s3a_bytes[2]:,} bytes"
+                f"{odf.s3a_bytes[1]:,}, got {odf.s3a_bytes[2]:,} bytes; the executors' Python (hashing "
+                f"the slices where they are): {odf.hashing_bytes[0]:,} requests, got "
+                f"{odf.hashing_bytes[2]:,} bytes"
             )
         print(f"ODF / bare: {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})")
     finally:

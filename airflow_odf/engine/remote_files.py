@@ -5,14 +5,17 @@ the columns holding nulls, its physical hash (SHA3-256 of the bytes) and its log
 small row per file; the core commits the files by copies inside the bucket, never reading them.
 
 Spark lists the files (its own file system client); each file is then one task, whose Python opens it
-through `executor_fs` and reads it as streams: the physical hash in chunks, the logical hash a batch of
-10,000 rows at a time, so an executor's memory is bounded by a row group, not by the file.
+through `executor_fs` and reads it once, as a stream: the physical hash in chunks on its way to a
+temporary copy on the executor's disk, then the logical hash a batch of 10,000 rows at a time from that
+copy, so an executor's memory is bounded by a row group, not by the file.
 """
 
 from __future__ import annotations
 
 import base64
 import functools
+import os
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -95,25 +98,26 @@ _ARROW_DESCRIPTION = pa.schema(
 
 
 def describe_parquet(uri: str, access: StoreAccess, vocab: Vocab | None) -> RemoteFile:
-    """A Parquet file's description, read where it is: the footer's numbers (the rows' when the footer
-    has no statistics), the columns with nulls, and both hashes."""
+    """A Parquet file's description: the footer's numbers (the rows' when the footer has no
+    statistics), the columns with nulls, and both hashes. The file is read from the store once, as a
+    stream that the physical hash sees on its way into a temporary copy on the executor's disk; the rest
+    is read from that copy (memory-mapped: bounded by what the reader touches, not by the file)."""
     fs, path = access.open(uri)
-    with fs.open_input_file(path) as file:
-        size = file.size()
-        meta = pq.ParquetFile(file).metadata
-        start = end = max_event_time = None
-        if vocab is not None and meta.num_rows:
-            described = describe_slice(uri, meta, vocab, file)
-            start, end, max_event_time = (
-                described.offset_start,
-                described.offset_end,
-                described.max_event_time,
-            )
-        schema = meta.schema.to_arrow_schema().remove_metadata()
-        null_columns = _null_columns(file, meta, schema)
-        logical_hash = logical_hash_of_parquet(file)
-    with fs.open_input_stream(path) as stream:
-        physical_hash = physical_hash_of_stream(stream)
+    with tempfile.TemporaryDirectory(prefix="odf-describe-", dir=_executor_scratch()) as folder:
+        copy = os.path.join(folder, "file.parquet")
+        with fs.open_input_stream(path) as stream, open(copy, "wb") as sink:
+            physical_hash = physical_hash_of_stream(stream, copy_to=sink)
+        with pa.memory_map(copy) as file:
+            meta = pq.ParquetFile(file).metadata
+            start = end = max_event_time = None
+            if vocab is not None and meta.num_rows:
+                described = describe_slice(uri, meta, vocab, file)
+                start, end = described.offset_start, described.offset_end
+                max_event_time = described.max_event_time
+            schema = meta.schema.to_arrow_schema().remove_metadata()
+            null_columns = _null_columns(file, meta, schema)
+            logical_hash = logical_hash_of_parquet(file)
+            size = file.size()
     return RemoteFile(
         path=uri,
         size=size,
@@ -126,6 +130,12 @@ def describe_parquet(uri: str, access: StoreAccess, vocab: Vocab | None) -> Remo
         logical_hash=logical_hash,
         arrow_schema=base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
     )
+
+
+def _executor_scratch() -> str | None:
+    """Where Spark keeps the executor's scratch files (`SPARK_LOCAL_DIRS`, as the worker sets it for its
+    executors), else the system's temporary directory."""
+    return (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
 
 
 def _null_columns(file: pa.NativeFile, meta: pq.FileMetaData, schema: pa.Schema) -> list[str]:

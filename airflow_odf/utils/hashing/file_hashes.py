@@ -23,11 +23,14 @@ READ_CHUNK = 8 << 20
 """Bytes read at a time for the physical hash: memory stays bounded whatever the file's size."""
 
 
-def physical_hash_of_stream(stream: BinaryIO | pa.NativeFile) -> str:
-    """`sha3-256` multihash text of the bytes of `stream`, read to its end in chunks of READ_CHUNK."""
+def physical_hash_of_stream(stream: BinaryIO | pa.NativeFile, copy_to: BinaryIO | None = None) -> str:
+    """`sha3-256` multihash text of the bytes of `stream`, read to its end in chunks of READ_CHUNK (and
+    written to `copy_to` on the way, when given: one read of a remote file both hashes and fetches it)."""
     digest = hashlib.sha3_256()
     while chunk := stream.read(READ_CHUNK):
         digest.update(chunk)
+        if copy_to is not None:
+            copy_to.write(chunk)
     return multihash_text(SHA3_256, digest.digest())
 
 
