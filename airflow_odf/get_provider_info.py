@@ -78,6 +78,8 @@ def get_provider_info() -> dict[str, Any]:
                     "airflow_odf.operators.schema",
                     "airflow_odf.operators.verify",
                     "airflow_odf.operators.sharing",
+                    "airflow_odf.operators.compact",
+                    "airflow_odf.operators.sql",
                 ],
             }
         ],

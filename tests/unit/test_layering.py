@@ -25,6 +25,8 @@ CORE_LEVELS = {
     "ingest": 7,
     "transform": 7,
     "sharing": 7,
+    "compaction": 7,
+    "query": 7,
     "operation": 6,
     "repo": 5,
     "chain": 4,

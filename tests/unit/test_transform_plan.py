@@ -365,7 +365,7 @@ def test_reset_input_is_an_error_naming_it_unless_recovering_from_scratch(repo: 
         plan_transform(repo, deriv)
     assert err.value.alias == "a" and err.value.block_hash == processed
     assert "'a'" in str(err.value) and str(processed) in str(err.value)
-    assert "recover_from_scratch" in str(err.value)
+    assert "--reset-derivatives-on-diverged-input" in str(err.value)
 
     plan = plan_transform(repo, deriv, recover_from_scratch=True)
 

@@ -138,8 +138,9 @@ class Dataset:
             yield h, block
             h = block.prev_block_hash
 
-    def state(self) -> ChainState:
-        """The dataset's current state, from the summary plus any newer blocks (rebuilt when needed)."""
+    def state(self, *, record: bool = True) -> ChainState:
+        """The dataset's current state, from the summary plus any newer blocks (rebuilt when needed);
+        `record=False` leaves a stale summary as it is (read-only commands: `odf sql`)."""
         head = self.head()
         summary = self.recorded_summary()
         if summary is not None and summary.head == head:
@@ -152,7 +153,7 @@ class Dataset:
                 break
             newer.append((h, block))
         state = fold(base, reversed(newer))
-        if head is not None:  # a dataset being created gets its summary with its first commit
+        if record and head is not None:  # a dataset being created gets its summary with its first commit
             self._write_summary(state)
         return state
 
@@ -193,6 +194,7 @@ class Dataset:
         expected_head: ExpectedHead = CURRENT_HEAD,
         objects: Sequence[StagedObject] = (),
         onto: Multihash | None = None,
+        onto_state: ChainState | None = None,
     ) -> CommitResult:
         """Appends one block per event, validated against the chain rules, atomically.
 
@@ -200,7 +202,8 @@ class Dataset:
         head is still that value (default: whatever the head was when the commit started).
         `onto` rewrites history: the new blocks follow that earlier block of the chain instead of the
         head, and the blocks after it leave the chain (their objects stay until `gc`) — in the same
-        single move of the head, so a failure leaves the old chain in place.
+        single move of the head, so a failure leaves the old chain in place. `onto_state`: the state as
+        of `onto`, when the caller has it (else it is folded from the chain).
         """
         state = self.state()
         expected = _expected(expected_head)
@@ -210,7 +213,7 @@ class Dataset:
         if state.system_time is not None and system_time < state.system_time:
             system_time = state.system_time  # clocks may step back; the chain's time may not
         blocks: list[tuple[Multihash, bytes]] = []
-        new_state = state if onto is None else self.state_at(onto)
+        new_state = state if onto is None else onto_state or self.state_at(onto)
         for event in events:
             block = model.MetadataBlock(
                 system_time=system_time,

@@ -28,15 +28,22 @@ class TransformPlanError(OdfError):
 class InputDivergedError(TransformPlanError):
     """An input no longer contains the block the derivative last processed (it was reset or compacted)."""
 
-    def __init__(self, alias: str, dataset_id: DatasetId, block_hash: Multihash) -> None:
+    def __init__(
+        self, alias: str, dataset_id: DatasetId, block_hash: Multihash, derivative: str | None = None
+    ) -> None:
+        who = "this derivative" if derivative is None else f"derivative {derivative!r}"
+        name = derivative or "NAME"
         super().__init__(
-            f"input {alias!r} ({dataset_id}) no longer contains block {block_hash}, the last one this "
-            "derivative processed: the input was reset or compacted. Re-plan with recover_from_scratch "
-            "to re-process every input from its Seed (the derivative's own data must then be reset)"
+            f"input {alias!r} ({dataset_id}) no longer contains block {block_hash}, the last one {who} "
+            "processed: the input was reset or compacted. Two ways out: re-process every input from its "
+            f"Seed with `odf pull {name} --reset-derivatives-on-diverged-input` (recover_diverged=True "
+            f"on OdfTransformOperator), or drop the derivative's data with `odf compact {name} "
+            "--keep-metadata-only` and transform it again"
         )
         self.alias = alias
         self.dataset_id = dataset_id
         self.block_hash = block_hash
+        self.derivative = derivative
 
 
 class PinnedHeadProcessedError(TransformPlanError):
@@ -224,7 +231,7 @@ def plan_transform(
         pending = [_pending_units(inp, previous[inp.index][0], pins.get(inp.index)) for inp in inputs]
     except InputDivergedError as e:
         if not recover_from_scratch:
-            raise
+            raise InputDivergedError(e.alias, e.dataset_id, e.block_hash, name) from None
         previous = [(None, None) for _ in inputs]
         pending = [_pending_units(inp, None, pins.get(inp.index)) for inp in inputs]
         return TransformPlan(
