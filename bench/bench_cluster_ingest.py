@@ -103,14 +103,19 @@ def event_log_conf(folder: Path) -> dict[str, str]:
     """Spark's event log into `folder` (fresh): where the time of a run went, job by job."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    return {"spark.eventLog.enabled": "true", "spark.eventLog.dir": folder.as_uri()}
+    return {
+        "spark.eventLog.enabled": "true",
+        "spark.eventLog.dir": folder.as_uri(),
+        "spark.eventLog.compress": "false",
+        "spark.eventLog.rolling.enabled": "false",
+    }
 
 
 def job_times(folder: Path) -> list[tuple[float, str]]:
     """(seconds, call site) of each Spark job in the event log under `folder`, in start order."""
     started: dict[int, tuple[int, str]] = {}
     jobs = []
-    for log in sorted(folder.iterdir()):
+    for log in sorted(path for path in folder.rglob("*") if path.is_file()):
         for line in log.read_text(encoding="utf-8").splitlines():
             event = json.loads(line)
             if event["Event"] == "SparkListenerJobStart":

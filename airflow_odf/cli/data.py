@@ -8,7 +8,6 @@ URL`), also chosen with $ODF_ENGINE and $ODF_SPARK_MASTER.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -258,24 +257,14 @@ def cmd_transform(args: argparse.Namespace) -> None:
 
 
 def cmd_tail(args: argparse.Namespace) -> None:
+    import pyarrow as pa
+
     from airflow_odf.odf.chain.data_access import tail
+    from airflow_odf.odf.query.output import write_rows
 
     dataset = Repository.open(args.repo).dataset(args.name)
     table = tail(dataset, args.n)
-    rows = [] if table is None else table.to_pylist()
-    if args.format == "json":
-        print(json.dumps(rows, indent=2, default=str, ensure_ascii=False))
-        return
-    names = [] if table is None else table.column_names
-    if args.format == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(names)
-        writer.writerows([["" if r[c] is None else r[c] for c in names] for r in rows])
-        return
-    cells = [names, *[["" if r[c] is None else str(r[c]) for c in names] for r in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(names))]
-    for row in cells:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    write_rows(pa.table({}) if table is None else table, args.format, sys.stdout)
 
 
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:

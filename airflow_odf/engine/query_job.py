@@ -1,13 +1,128 @@
-"""The engine's query requests (being built)."""
+"""The query job: read-only Spark SQL over datasets (`odf sql`, `odf export`; docs/sql.md).
+
+Each table of the request is a temporary view over its Parquet slice files, read with the dataset's
+schema (a column added later reads as null in older slices); the views are dropped at the end. Only
+queries run: the statement must begin with SELECT, WITH, VALUES, TABLE, FROM or `(` (comments aside),
+and one beginning with WITH or FROM — the two that may also lead an INSERT — must parse as a subquery
+too. Spark runs any other statement as soon as it is parsed, so this is checked before anything runs.
+The result is written as Parquet, CSV or JSON lines into the request's `out_dir`, nowhere else.
+"""
 
 from __future__ import annotations
 
+import base64
+import os
+import re
 from typing import Any
 
-from pyspark.sql import SparkSession
+import pyarrow as pa
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.py4j_errors import Py4JJavaError
+from airflow_odf.engine.spark_errors import spark_error_condition, spark_error_summary
+from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
+
+QUERY_KEYWORDS = ("SELECT", "WITH", "VALUES", "TABLE", "FROM")
+_MAY_LEAD_AN_INSERT = ("WITH", "FROM")
+_LEADING_NOISE = re.compile(r"(\s+|--[^\n]*(\n|$)|/\*.*?\*/|\()*", re.DOTALL)
+_FIRST_WORD = re.compile(r"[A-Za-z_]+")
+_RESULT_DIR = "result"
+# a name that is no table of the request (unquoted dots read as catalog and namespace)
+_UNKNOWN_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE", "SCHEMA_NOT_FOUND")
 
 
 def query(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    raise EngineInputError("contract", "query requests are not supported yet")
+    """Runs one query request; raises EngineInputError on a statement that is not a query, an unknown
+    table or a failing query."""
+    sql = request["sql"]
+    keyword = first_keyword(sql)
+    if keyword not in QUERY_KEYWORDS:
+        shown = f"begins with {keyword}" if keyword else "is empty"
+        raise EngineInputError(
+            "not-a-query", f"only queries run here (SELECT, WITH, VALUES, TABLE, FROM): the statement {shown}"
+        )
+    views = [table["name"] for table in request["tables"]]
+    for table in request["tables"]:
+        _table_frame(spark, table).createOrReplaceTempView(quote_identifier(table["name"]))
+    try:
+        if keyword in _MAY_LEAD_AN_INSERT:
+            _require_query(spark, sql)
+        result = _sql(spark, sql)
+        return _written(result, request)
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(quote_identifier(view))
+
+
+def first_keyword(sql: str) -> str:
+    """The statement's first word in upper case, after comments, blanks and opening parentheses."""
+    noise = _LEADING_NOISE.match(sql)
+    word = _FIRST_WORD.match(sql, noise.end() if noise else 0)
+    return word.group(0).upper() if word else ""
+
+
+def _table_frame(spark: SparkSession, table: dict[str, Any]) -> DataFrame:
+    schema = table.get("schema")
+    struct = (
+        arrow_to_spark(pa.ipc.read_schema(pa.py_buffer(base64.b64decode(schema))))
+        if schema
+        else T.StructType([])
+    )
+    paths = table.get("data_paths") or []
+    if not paths:
+        return spark.createDataFrame([], struct)
+    return spark.read.schema(struct).parquet(*paths)
+
+
+def _require_query(spark: SparkSession, sql: str) -> None:
+    """A statement that parses as a subquery is a query (`WITH ... INSERT` or `FROM t INSERT` do not)."""
+    try:
+        spark.sql(f"SELECT * FROM (\n{sql}\n) AS odf_query").schema  # noqa: B018  (analyzed on Connect too)
+    except (PySparkException, Py4JJavaError) as e:
+        if spark_error_condition(e) == "PARSE_SYNTAX_ERROR":
+            raise EngineInputError(
+                "not-a-query", "only queries run here: this WITH or FROM statement is not a single query"
+            ) from None
+        raise _query_error(e) from None
+
+
+def _sql(spark: SparkSession, sql: str) -> DataFrame:
+    try:
+        result = spark.sql(sql)
+        result.schema  # noqa: B018  (a Connect frame is analyzed only when asked)
+        return result
+    except (PySparkException, Py4JJavaError) as e:
+        raise _query_error(e) from None
+
+
+def _query_error(e: BaseException) -> EngineInputError:
+    if spark_error_condition(e) in _UNKNOWN_TABLE:
+        return EngineInputError("unknown-table", spark_error_summary(e).splitlines()[0])
+    return EngineInputError("sql", f"the query failed: {spark_error_summary(e)}")
+
+
+def _written(result: DataFrame, request: dict[str, Any]) -> dict[str, Any]:
+    """Writes the result into `out_dir/result` and answers with its files in order."""
+    if request.get("max_rows") is not None:
+        result = result.limit(request["max_rows"] + 1)
+    if request.get("single_file", True):
+        result = result.coalesce(1)  # no shuffle: partitions concatenated in order
+    target = os.path.join(request["out_dir"], _RESULT_DIR)
+    writer = result.write
+    fmt = request.get("format", "parquet")
+    try:
+        if fmt == "parquet":
+            writer.parquet(target)
+        elif fmt == "csv":
+            writer.option("header", True).csv(target)
+        elif fmt == "json":
+            writer.option("ignoreNullFields", False).json(target)
+        else:
+            raise EngineInputError("contract", f"query format {fmt!r}: expected parquet, csv or json")
+    except (PySparkException, Py4JJavaError) as e:
+        raise _query_error(e) from None
+    files = sorted(name for name in os.listdir(target) if name.startswith("part-"))
+    return {"files": [os.path.join(target, name) for name in files], "columns": result.columns}

@@ -8,8 +8,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import Multihash
 
 
 def iter_slices(dataset: Dataset) -> Iterator[model.DataSlice]:
@@ -18,6 +20,28 @@ def iter_slices(dataset: Dataset) -> Iterator[model.DataSlice]:
         event = block.event
         if isinstance(event, model.AddData | model.ExecuteTransform) and event.new_data is not None:
             yield event.new_data
+
+
+class BlockNotInChainError(OdfError):
+    """An as-of block that is not in the dataset's chain."""
+
+
+def slices_as_of(dataset: Dataset, state: ChainState, block: Multihash) -> list[str]:
+    """The physical hashes (text, oldest first) of the data slices up to and including `block`.
+
+    The state's slice index (from the summary) lists every slice up to its head; the walk goes back
+    from that head only as far as `block`, counting the slices committed after it, which are the
+    index's last ones: a query as of a recent block reads few blocks, one as of an old block at most
+    the chain. A block not in the chain: BlockNotInChainError (after walking to the Seed)."""
+    newer = 0
+    for h, found in dataset.iter_blocks(state.head):
+        if h == block:
+            texts = state.data_slices.texts()
+            return texts[: len(texts) - newer]
+        event = found.event
+        if isinstance(event, model.AddData | model.ExecuteTransform) and event.new_data is not None:
+            newer += 1
+    raise BlockNotInChainError(f"block {block} is not in the chain (head {state.head})")
 
 
 def read_slice(dataset: Dataset, data_slice: model.DataSlice) -> pa.Table:

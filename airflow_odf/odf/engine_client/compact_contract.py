@@ -14,7 +14,7 @@ from airflow_odf.odf.engine_client.contract import (
     EngineContractError,
     EngineFailure,
     OutputSlice,
-    _load,
+    load_json_object,
 )
 from airflow_odf.utils.engine_json import Vocab
 
@@ -61,7 +61,7 @@ class CompactResponse:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> CompactResponse:
-        data = _load(text, "response")
+        data = load_json_object(text, "response")
         try:
             slices = [OutputSlice(**s) for s in data.get("slices", [])]
             error = EngineFailure(**data["error"]) if data.get("error") is not None else None

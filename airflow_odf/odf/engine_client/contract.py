@@ -88,7 +88,7 @@ class IngestRequest:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> IngestRequest:
-        data = _load(text, "request")
+        data = load_json_object(text, "request")
         try:
             data["inputs"] = [InputFile(**i) for i in data["inputs"]]
             data["vocab"] = Vocab(**data.get("vocab", {}))
@@ -168,7 +168,7 @@ class InferResponse:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> InferResponse:
-        data = _load(text, "response")
+        data = load_json_object(text, "response")
         try:
             data["widenings"] = [TypeWidening(**w) for w in data.get("widenings", [])]
             if data.get("error") is not None:
@@ -229,7 +229,7 @@ class IngestResponse:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> IngestResponse:
-        data = _load(text, "response")
+        data = load_json_object(text, "response")
         try:
             data["slices"] = [OutputSlice(**s) for s in data.get("slices", [])]
             if data.get("error") is not None:
@@ -239,7 +239,9 @@ class IngestResponse:
             raise EngineContractError(f"engine response: {e}") from None
 
 
-def _load(text: str | bytes, what: str) -> dict[str, Any]:
+def load_json_object(text: str | bytes, what: str) -> dict[str, Any]:
+    """The JSON object of an engine's `what` (request, response), or an EngineContractError saying why
+    it is not one (every request kind's contract module parses with it)."""
     try:
         data = json.loads(text)
     except ValueError as e:

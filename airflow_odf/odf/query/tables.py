@@ -1,0 +1,92 @@
+"""Which slice files make each table of a query: a dataset's slices from its summary, as of a block.
+
+A dataset's slices come from the slice index of its state (the summary): no chain walk for a query of
+the current data. As of a block, the chain is walked back from the head only as far as that block
+(`slices_as_of`). Nothing is written: a stale summary is read, folded in memory and left as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from airflow_odf.odf.chain.data_access import BlockNotInChainError, slices_as_of
+from airflow_odf.odf.engine_client.contract import schema_to_text
+from airflow_odf.odf.engine_client.query_contract import QueryTable
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.operation import local_object
+from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
+from airflow_odf.odf.schema.evolution import odf_schema
+
+
+class QueryError(OdfError):
+    """A query or export that cannot run as asked (bad as-of block, unknown table, not a query, ...)."""
+
+
+def dataset_names(repo: Repository) -> list[str]:
+    """The names of the repository's readable datasets, sorted (damaged aliases left out)."""
+    return [entry.name for entry in repo.scan() if entry.dataset_id is not None]
+
+
+def names_in(sql: str, names: list[str]) -> dict[str, list[str]]:
+    """Dataset name -> its spellings in the SQL text as a word (bare or in backticks, any case): Spark
+    compares names case-sensitively here, so each spelling becomes a view.
+
+    No parse: a name in a string literal or a column named like a dataset registers one view too many,
+    which costs little; a table that is no dataset is reported by Spark (`unknown-table`)."""
+    found: dict[str, list[str]] = {}
+    for name in names:
+        pattern = rf"(?<![\w.$-]){re.escape(name)}(?![\w.$-])"
+        spellings = sorted(set(re.findall(pattern, sql, flags=re.IGNORECASE)))
+        if spellings:
+            found[name] = spellings
+    return found
+
+
+def parse_block(name: str, text: str) -> Multihash:
+    try:
+        return Multihash.parse(text.strip())
+    except OdfError as e:
+        raise QueryError(f"as of {name}={text}: not a block hash ({e})") from None
+
+
+def query_table(
+    repo: Repository, name: str, op_dir: Path, as_of: str | None = None, spellings: tuple[str, ...] = ()
+) -> list[QueryTable]:
+    """The views of dataset `name` (one per spelling, its own name by default) over its slice files
+    the engine can read, as of block `as_of` if given."""
+    dataset = repo.dataset(name)
+    state = dataset.state(record=False)
+    if as_of is None:
+        slices = state.data_slices.texts()
+    else:
+        try:
+            slices = slices_as_of(dataset, state, parse_block(name, as_of))
+        except BlockNotInChainError as e:
+            raise QueryError(f"as of {name}={as_of}: {e}") from None
+    schema = None if state.schema is None else schema_to_text(data_schema_to_arrow(odf_schema(state.schema)))
+    paths = [local_object(dataset, f"data/{h}", op_dir) for h in slices]
+    return [QueryTable(name=spelling, schema=schema, data_paths=paths) for spelling in spellings or (name,)]
+
+
+def query_tables(
+    repo: Repository, sql: str, op_dir: Path, as_of: Mapping[str, str] | None = None
+) -> list[QueryTable]:
+    """The tables a query names, each as of its block in `as_of` (name -> block hash, any case) if
+    listed there."""
+    known = dataset_names(repo)
+    by_lower = {n.lower(): n for n in known}
+    pins: dict[str, str] = {}
+    for name, block in (as_of or {}).items():
+        if name.lower() not in by_lower:
+            repo.resolve(name)  # DatasetNotFoundError naming it (or a damaged dataset's reason)
+        pins[by_lower[name.lower()]] = block
+    named = names_in(sql, known)
+    return [
+        table
+        for name in sorted(set(named) | set(pins))
+        for table in query_table(repo, name, op_dir, pins.get(name), tuple(named.get(name, ())))
+    ]
