@@ -359,9 +359,11 @@ class _RecordingRunner:
 
     def __init__(self) -> None:
         self.inputs: list[str] = []
+        self.sizes: list[int | None] = []
 
     def run(self, request_json: str, op_dir: Path) -> str:
         self.inputs = [i["path"] for i in json.loads(request_json)["inputs"]]
+        self.sizes = [i.get("size") for i in json.loads(request_json)["inputs"]]
         return IngestResponse(error=EngineFailure("bad-input", "recorded")).to_json()
 
 
@@ -393,8 +395,8 @@ def test_an_engine_that_reads_the_bucket_gets_s3a_uris_unless_a_prepare_step_nee
     source_uri = f"s3a://{s3_bucket}/landing/orders-2024-01-01.csv"
     if with_prepare:  # the prepared local file (which the engine gets on this disk or staged in the bucket)
         assert handed != source_uri and "prepare-0-pipe" in handed
-    else:
-        assert handed == source_uri
+    else:  # with the size the listing gave: the engine sizes its partitions by it
+        assert handed == source_uri and engine.sizes == [len("order_id,qty\n1,10\n")]
     assert not [p for p in (tmp_path / "work" / "fetch").rglob("*") if p.is_file()]  # downloads removed
 
 

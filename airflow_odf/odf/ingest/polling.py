@@ -135,6 +135,7 @@ class _Poller:
                             )
                         ),
                         (f.source_event_time or now).isoformat(),
+                        size=f.size if f.uri else None,
                     )
                     for f in fetched.files
                 ]

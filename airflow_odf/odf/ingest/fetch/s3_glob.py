@@ -212,7 +212,11 @@ class S3GlobListing:
         engine = self._options.engine_s3
         if engine is not None and engine.endpoint_url == self._client.meta.endpoint_url:
             return FetchedFile(
-                None, event_time, name, uri=f"{engine.scheme}://{self.pattern.bucket}/{obj.key}"
+                None,
+                event_time,
+                name,
+                uri=f"{engine.scheme}://{self.pattern.bucket}/{obj.key}",
+                size=obj.size,
             )
         cache_dir = self._options.cache_dir
         cache_dir.mkdir(parents=True, exist_ok=True)

@@ -76,12 +76,14 @@ class FetchOptions:
 @dataclass(frozen=True)
 class FetchedFile:
     """One fetched file, ready for the prepare steps; `source_event_time` None means "use system time".
-    `uri` instead of `path`: an object the engine reads where it is (`s3a://bucket/key`), not downloaded."""
+    `uri` instead of `path`: an object the engine reads where it is (`s3a://bucket/key`), not downloaded;
+    `size` its bytes as listed (the engine sizes its partitions by the input's bytes)."""
 
     path: Path | None
     source_event_time: Timestamp | None
     name: str | None = None
     uri: str | None = None
+    size: int | None = None
 
 
 @dataclass(frozen=True)
