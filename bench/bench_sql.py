@@ -43,19 +43,10 @@ from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.query.run import QueryOptions, query_rows
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.schema.data_schema import data_schema_from_arrow
+from tests.engine.test_transform_job import SCHEMA  # the slices of the engine tests
 
 NAME = "bench.sql"
 SQL = f"SELECT count(*) AS n FROM `{NAME}`"
-SCHEMA = pa.schema(
-    [
-        pa.field("offset", pa.int64(), nullable=False),
-        pa.field("op", pa.int32(), nullable=False),
-        pa.field("system_time", pa.timestamp("ms", tz="UTC"), nullable=False),
-        pa.field("event_time", pa.timestamp("ms", tz="UTC")),
-        pa.field("symbol", pa.string()),
-        pa.field("price", pa.float64()),
-    ]
-)
 T0 = 1_704_067_200_000  # 2024-01-01, ms
 
 

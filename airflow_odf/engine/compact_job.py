@@ -8,16 +8,15 @@ bucket, described and hashed by the executors where they are). Records are copie
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import itertools
-from collections.abc import Iterator
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.remote_files import is_uri
+from airflow_odf.engine.session import session_conf
 from airflow_odf.engine.slice_footer import WrittenSlice
 from airflow_odf.engine.writer import write_slices, write_slices_in_place
 from airflow_odf.utils.engine_json import Vocab
@@ -34,7 +33,7 @@ def compact(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocab(**request.get("vocab", {}))
     write = write_slices_in_place if is_uri(request["out_dir"]) else write_slices
     written: list[WrittenSlice] = []
-    with _session_conf(spark, _request_conf(groups)):
+    with session_conf(spark, _request_conf(groups)):
         for epoch, members in itertools.groupby(groups, key=lambda group: group.get("schema_epoch", 0)):
             frames = _sorted_groups(spark, list(members), vocab)
             out_dir = f"{request['out_dir'].rstrip('/')}/epoch-{epoch}"
@@ -54,22 +53,6 @@ def _request_conf(groups: list[dict[str, Any]]) -> dict[str, str]:
     if not any(is_uri(path) for group in groups for path in group.get("data_paths") or []):
         conf[_LISTING_JOB_THRESHOLD] = str(2**31 - 1)
     return conf
-
-
-@contextlib.contextmanager
-def _session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
-    """Sets `conf` on the session for the request, then puts back what was there."""
-    before = {key: spark.conf.get(key, None) for key in conf}
-    for key, value in conf.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def _sorted_groups(spark: SparkSession, groups: list[dict[str, Any]], vocab: Vocab) -> list[DataFrame]:

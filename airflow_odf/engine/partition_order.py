@@ -30,7 +30,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_odf.engine.py4j_errors import Py4JError
-from airflow_odf.engine.session import is_connect
+from airflow_odf.engine.session import is_connect, session_conf
 
 PartitionKey = tuple[int, ...]
 """(union branches..., first offset of the file, start of the split, length of the split): sorting the
@@ -71,18 +71,8 @@ def one_split_per_partition(
         yield
         return
     plan = SplitPlan.of(file_sizes, open_cost, max_bytes, parallelism, middles)
-    settings = {_MAX_PARTITION_BYTES: str(plan.split), _OPEN_COST: str(plan.open_cost)}
-    before = {key: spark.conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        spark.conf.set(key, value)
-    try:
+    with session_conf(spark, {_MAX_PARTITION_BYTES: str(plan.split), _OPEN_COST: str(plan.open_cost)}):
         yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,23 @@ def _require_jars(spark: SparkSession, wanted: str) -> None:
         )
 
 
+@contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Sets `conf` on the session for the body (one request's settings), then puts back what was
+    there: the session serves later requests with their own."""
+    before = {key: spark.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
 def is_connect(spark: SparkSession) -> bool:
     """Whether `spark` is a Spark Connect session (the classic session's class is not its base)."""
     return not isinstance(spark, SparkSession)
