@@ -318,3 +318,30 @@ def test_a_query_on_spark_connect(pipeline: Pipeline, connect_url: str) -> None:
     assert table.to_pylist() == [{"symbol": "ACME", "n": 2}, {"symbol": "INIT", "n": 2}]
     with pytest.raises(QueryError, match="only queries run here"):
         query_rows(pipeline.repo, f"DROP VIEW `{ROOT}`", runner, options)
+
+
+def test_the_real_manifests_datasets_answer_queries_and_compaction(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The reference's real manifests, added (their sources are not reachable here, so they hold no
+    data): every dataset is a table of no rows, and a compaction finds nothing to merge."""
+    from tests.paths import skip_without_upstream, upstream_manifests
+
+    skip_without_upstream()
+    root = tmp_path / "upstream"
+    assert main(["init", "--repo", str(root)]) == 0
+    main(["add", *map(str, upstream_manifests()), "--repo", str(root)])  # those missing an input refused
+    capsys.readouterr()
+    repo = Repository.open(root)
+    names = [name for name, _ in repo.list()]
+    derivatives = [name for name in names if repo.dataset(name).state().transform is not None]
+    roots = [name for name in names if name not in derivatives]
+    assert roots and derivatives
+    before = _files(root)
+    counts = " UNION ALL ".join(f"SELECT '{name}' AS name, count(*) AS n FROM `{name}`" for name in names)
+    assert main(["sql", counts, "--repo", str(root), "--format", "json", "--engine", "local"]) == 0
+    assert json.loads(capsys.readouterr().out) == [{"name": name, "n": 0} for name in names]
+    assert _files(root) == before  # read-only
+    assert main(["compact", roots[0], "--repo", str(root), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["up_to_date"] is True
+    assert main(["compact", derivatives[0], "--keep-metadata-only", "--repo", str(root)]) == 0
