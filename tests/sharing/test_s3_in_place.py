@@ -224,6 +224,29 @@ def _pushes(
     return dataset, records
 
 
+Pushed = tuple[Dataset, list[int]]
+
+
+def _pushed_here_and_in_the_bucket(
+    runner: LocalSparkRunner | SparkConnectRunner,
+    bucket_runner: LocalSparkRunner | SparkConnectRunner,
+    s3a_repo: Repository,
+    traffic: Traffic,
+    tmp_path: Path,
+    log: list[str] | None = None,
+) -> tuple[list[Path], Pushed, Pushed]:
+    """Two days of orders (the second repeating 100 of the first) pushed into a local repository and
+    into the bucket's; the core's uploads are counted from the bucket's pushes only. Returns the files
+    and, for each repository, the dataset and the records of each push."""
+    files = [
+        _orders_csv(tmp_path / "day1.csv", 0, ROWS),
+        _orders_csv(tmp_path / "day2.csv", ROWS - 100, ROWS + 500),
+    ]
+    local = _pushes(Repository.init(tmp_path / "local"), runner, files, tmp_path / "local-work")
+    traffic.uploaded.clear()
+    return files, local, _pushes(s3a_repo, bucket_runner, files, tmp_path / "work", log)
+
+
 def test_push_ingest_writes_and_hashes_in_the_bucket(
     s3a_runner: LocalSparkRunner,
     s3a_repo: Repository,
@@ -235,15 +258,10 @@ def test_push_ingest_writes_and_hashes_in_the_bucket(
     """Two pushes into a Ledger (the second merges against the checkpoint the first left in the bucket):
     the same slices as in a local repository, no data object read or uploaded by the core beyond the
     input files, nothing left in the staging folder, and `odf verify` content."""
-    files = [
-        _orders_csv(tmp_path / "day1.csv", 0, ROWS),
-        _orders_csv(tmp_path / "day2.csv", ROWS - 100, ROWS + 500),
-    ]
-    local = Repository.init(tmp_path / "local")
-    local_orders, local_records = _pushes(local, s3a_runner, files, tmp_path / "local-work")
-    traffic.uploaded.clear()
     log: list[str] = []
-    orders, records = _pushes(s3a_repo, _watching(s3a_runner, traffic), files, tmp_path / "work", log)
+    files, (local_orders, local_records), (orders, records) = _pushed_here_and_in_the_bucket(
+        s3a_runner, _watching(s3a_runner, traffic), s3a_repo, traffic, tmp_path, log
+    )
 
     assert records == local_records == [ROWS, 500]  # the 100 orders seen again were dropped: the checkpoint
     assert not [line for line in log if "asked for the previous slices" in line]  # it read the checkpoint
@@ -379,14 +397,9 @@ def test_a_connect_server_started_with_s3a_writes_and_hashes_in_the_bucket(
     server = ConnectServer("local[2]", port=0, conf={**conf, "spark.sql.shuffle.partitions": "4"})
     runner = SparkConnectRunner(server.start())
     try:
-        files = [
-            _orders_csv(tmp_path / "day1.csv", 0, ROWS),
-            _orders_csv(tmp_path / "day2.csv", ROWS - 100, ROWS + 500),
-        ]
-        local = Repository.init(tmp_path / "local")
-        local_orders, local_records = _pushes(local, runner, files, tmp_path / "local-work")
-        traffic.uploaded.clear()
-        orders, records = _pushes(s3a_repo, runner, files, tmp_path / "work")
+        _, (local_orders, local_records), (orders, records) = _pushed_here_and_in_the_bucket(
+            runner, runner, s3a_repo, traffic, tmp_path
+        )
     finally:
         server.stop()
     assert records == local_records == [ROWS, 500]
