@@ -186,6 +186,15 @@ content:
 """
 
 
+def client_of(agent: str) -> str:
+    """Which client a request's user agent names (see CountingMoto)."""
+    if BENCH_AGENT in agent:
+        return "bench"
+    if agent.startswith("Hadoop"):
+        return "s3a"
+    return "executors-python" if agent.startswith("aws-sdk-cpp") else "core"
+
+
 class CountingMoto(ThreadedMotoServer):
     """moto's S3 server, counting the bytes each kind of client sent and got: this script's own client
     (set-up and checks: its user agent carries BENCH_AGENT), Spark's s3a (on the executors and on the
@@ -214,15 +223,7 @@ class CountingMoto(ThreadedMotoServer):
 
         def counted(environ: dict[str, Any], start_response: Any) -> Iterator[bytes]:
             agent = environ.get("HTTP_USER_AGENT", "")
-            client = (
-                "bench"
-                if BENCH_AGENT in agent
-                else "s3a"
-                if agent.startswith("Hadoop")
-                else "executors-python"
-                if agent.startswith("aws-sdk-cpp")
-                else "core"
-            )
+            client = client_of(agent)
             body = _CountingInput(environ["wsgi.input"])
             environ["wsgi.input"] = body
             got = 0
