@@ -10,6 +10,10 @@ that turns out not to need Spark never imports pyspark nor starts a JVM.
 themselves over `s3a://`, with the jars of `scripts/s3a-jars` and the settings of the environment's
 `AWS_*` variables (`spark_s3a_conf`); a Spark Connect server gets them when it starts (`odf engine
 serve --s3a`).
+
+`--engine-timeout SECONDS` (or $ODF_ENGINE_TIMEOUT; default one hour) is each engine request's
+deadline: a request still running then has its Spark jobs cancelled (its spark-submit application
+killed), and the command fails with one line, committing nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,11 @@ from airflow_odf.odf.engine_client.connect_server import (
     ConnectServerError,
 )
 from airflow_odf.odf.storage.url import SPARK_S3A_ENV, environment_s3a_conf, spark_s3a_conf
+from airflow_odf.utils.engine_deadline import (
+    DEFAULT_ENGINE_TIMEOUT,
+    ENGINE_TIMEOUT_VARIABLE,
+    resolve_engine_timeout,
+)
 from airflow_odf.utils.s3a import with_s3a_conf
 
 if TYPE_CHECKING:
@@ -41,7 +50,7 @@ SERVE_TOKEN_VARIABLE = "ODF_ENGINE_TOKEN"
 
 
 def engine_options() -> argparse.ArgumentParser:
-    """A parent parser with `--engine`, `--master` and `--remote`."""
+    """A parent parser with `--engine`, `--master`, `--remote`, `--spark-s3a` and `--engine-timeout`."""
     parent = argparse.ArgumentParser(add_help=False)
     parent.add_argument("--engine", choices=ENGINES, default=os.environ.get("ODF_ENGINE", "local"))
     parent.add_argument("--master", default=os.environ.get("ODF_SPARK_MASTER"), help="Spark master URL")
@@ -56,7 +65,23 @@ def engine_options() -> argparse.ArgumentParser:
         help="the engine reads and writes an s3:// repository itself over s3a:// (as $ODF_SPARK_S3A=1; "
         "the jars come from scripts/s3a-jars, the settings from the AWS_* variables)",
     )
+    parent.add_argument(
+        "--engine-timeout",
+        type=timeout_seconds,
+        default=os.environ.get(ENGINE_TIMEOUT_VARIABLE) or None,  # checked by `timeout_seconds` when used
+        metavar="SECONDS",
+        help=f"each engine request's deadline: then its Spark jobs are cancelled and the command fails "
+        f"(default ${ENGINE_TIMEOUT_VARIABLE}, else {DEFAULT_ENGINE_TIMEOUT:g})",
+    )
     return parent
+
+
+def timeout_seconds(text: str) -> float:
+    """An argparse type for `--engine-timeout` (also applied to $ODF_ENGINE_TIMEOUT, its default)."""
+    try:
+        return resolve_engine_timeout(text, "")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e} (--engine-timeout, ${ENGINE_TIMEOUT_VARIABLE})") from None
 
 
 class SparkS3aFlag(argparse.Action):
@@ -92,6 +117,7 @@ class LazyRunner:
         self._master: str = args.master or "local[*]"
         self._remote = connect_remote(args.remote) if self._engine == "spark-connect" else None
         self._repository: str | None = getattr(args, "repo", None)
+        self._timeout: float | None = args.engine_timeout
         self._runner: EngineRunner | None = None
         # what the runner raises when it cannot start a request (no Connect server)
         self._start_error: type[Exception] | None = None
@@ -120,12 +146,15 @@ class LazyRunner:
             from airflow_odf.engine.connect_runner import ConnectUnreachableError, SparkConnectRunner
 
             self._start_error = ConnectUnreachableError
-            return SparkConnectRunner(self._remote)  # the Connect client only
+            return SparkConnectRunner(self._remote, timeout=self._timeout)  # the Connect client only
         if self._engine == "spark-submit":
             from airflow_odf.odf.engine_client.runner import SparkSubmitRunner
 
             return SparkSubmitRunner(
-                self._master, conf=self._s3a_conf(), log=lambda line: print(line, file=sys.stderr)
+                self._master,
+                conf=self._s3a_conf(),
+                log=lambda line: print(line, file=sys.stderr),
+                timeout=self._timeout,
             )
         from airflow_odf.odf.engine_client.fast_start import fast_start_conf
         from airflow_odf.odf.engine_client.runner import require_local_spark
@@ -133,7 +162,8 @@ class LazyRunner:
         require_local_spark()
         from airflow_odf.engine.local_runner import LocalSparkRunner  # imports pyspark: only when needed
 
-        return LocalSparkRunner(self._master, fast_start_conf(self._s3a_conf(), self._master, None))
+        conf = fast_start_conf(self._s3a_conf(), self._master, None)
+        return LocalSparkRunner(self._master, conf, timeout=self._timeout)
 
 
 def cmd_engine_warm_up(args: argparse.Namespace) -> None:

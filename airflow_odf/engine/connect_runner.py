@@ -36,9 +36,11 @@ from pyspark.sql.connect.client import DefaultChannelBuilder
 from pyspark.sql.connect.client.retries import DefaultPolicy
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+from airflow_odf.engine.deadline import run_within
 from airflow_odf.engine.errors import ConnectTokenRefusedError, ConnectUnreachableError
-from airflow_odf.engine.job import CONTRACT_VERSION, run_request
+from airflow_odf.engine.job import CONTRACT_VERSION
 from airflow_odf.engine.session import runtime_conf
+from airflow_odf.utils.engine_deadline import resolve_engine_timeout
 
 CONNECT_TIMEOUT_SECONDS = 5.0
 """How long a server may take to accept the connection before the request fails unstarted."""
@@ -49,18 +51,25 @@ default waits 10 minutes for a server that is gone."""
 
 class SparkConnectRunner:
     """Runs engine requests on the Spark Connect server at `remote` (`sc://HOST:PORT[/;params]`), with
-    the ODF session options and `conf` (those a running server takes per session; others are skipped)."""
+    the ODF session options and `conf` (those a running server takes per session; others are skipped).
 
-    def __init__(self, remote: str, conf: dict[str, str] | None = None) -> None:
+    A request still running `timeout` seconds after it started (default $ODF_ENGINE_TIMEOUT, else one
+    hour) has its session's operations interrupted and is answered with a `timeout` error; the server
+    serves on."""
+
+    def __init__(
+        self, remote: str, conf: dict[str, str] | None = None, *, timeout: float | None = None
+    ) -> None:
         self.remote = remote
         self.conf = conf
+        self.timeout = resolve_engine_timeout(timeout)
 
     def run(self, request_json: str, work_dir: Path) -> str:
         with connect_mode():
             spark = open_session(self.remote, self.conf)
             try:
                 unseen = _unseen_work_dir(spark, self.remote, work_dir)
-                response = unseen or run_request(spark, json.loads(request_json))
+                response = unseen or run_within(spark, json.loads(request_json), self.timeout)
                 if "error" in response:  # e.g. "cannot read x.csv": perhaps only because the server went away
                     _fail_if_gone(self.remote, spark)
             except Exception:

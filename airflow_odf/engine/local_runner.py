@@ -6,8 +6,10 @@ import json
 import threading
 from pathlib import Path
 
-from airflow_odf.engine.job import CONTRACT_VERSION, engine_info, run_request
+from airflow_odf.engine.deadline import run_within
+from airflow_odf.engine.job import CONTRACT_VERSION, engine_info
 from airflow_odf.engine.session import SessionWithoutJars, get_session
+from airflow_odf.utils.engine_deadline import resolve_engine_timeout
 
 _ONE_AT_A_TIME = threading.Lock()
 
@@ -18,11 +20,17 @@ class LocalSparkRunner:
     One request at a time per process: the session's temporary views (transform inputs, named by alias)
     and its cache are process-wide, so concurrent requests (e.g. `odf pull --recursive` running a level
     in threads) would read each other's inputs. Fetching, planning and committing still overlap.
+
+    A request still running `timeout` seconds after it started (default $ODF_ENGINE_TIMEOUT, else one
+    hour) has its Spark jobs cancelled and is answered with a `timeout` error; the session serves on.
     """
 
-    def __init__(self, master: str = "local[*]", conf: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, master: str = "local[*]", conf: dict[str, str] | None = None, *, timeout: float | None = None
+    ) -> None:
         self.master = master
         self.conf = conf
+        self.timeout = resolve_engine_timeout(timeout)
 
     def run(self, request_json: str, work_dir: Path) -> str:
         """The response; a session that cannot serve the request (it started without the jars the
@@ -33,4 +41,4 @@ class LocalSparkRunner:
             except SessionWithoutJars as e:
                 error = {"kind": "engine-setup", "message": str(e)}
                 return json.dumps({"version": CONTRACT_VERSION, "engine": engine_info(), "error": error})
-            return json.dumps(run_request(spark, json.loads(request_json)))
+            return json.dumps(run_within(spark, json.loads(request_json), self.timeout))

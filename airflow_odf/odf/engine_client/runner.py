@@ -9,6 +9,7 @@ response file arguments. The Airflow layer passes the same pieces to the Spark p
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import subprocess
@@ -18,19 +19,43 @@ from pathlib import Path
 from typing import Protocol
 
 import airflow_odf
+from airflow_odf.odf.engine_client.contract import CONTRACT_VERSION
 from airflow_odf.odf.engine_client.fast_start import fast_start_conf, local_spark_problem
 from airflow_odf.odf.engine_client.spark_logging import with_log_level
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.utils.engine_deadline import (
+    APPLICATION_KILLED,
+    Deadline,
+    resolve_engine_timeout,
+    timeout_error,
+)
 from airflow_odf.utils.parent_death import parent_death_preexec
 from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL
 
 _log = logging.getLogger(__name__)
 PACKAGE_DIR = Path(airflow_odf.__file__).resolve().parent
+STOP_GRACE_SECONDS = 10.0
+"""How long a job stopped at its deadline (SIGTERM: its SparkContext stops, the cluster frees its
+executors) may take to end before it is killed outright."""
 
 
 class EngineRunError(OdfError):
     """The engine process failed before it could answer (crash, missing spark-submit, ...)."""
+
+
+class EngineDeadlineError(EngineRunError):
+    """A spark-submit job still ran at its deadline and was stopped (`run` answers it as a `timeout`
+    response; `submit` of several requests raises it)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(timeout_error(seconds, APPLICATION_KILLED)["message"])
+        self.seconds = seconds
+
+
+def timeout_response(seconds: float) -> str:
+    """The response of a request whose spark-submit application was killed at its deadline."""
+    return json.dumps({"version": CONTRACT_VERSION, "error": timeout_error(seconds, APPLICATION_KILLED)})
 
 
 def require_local_spark() -> None:
@@ -72,7 +97,9 @@ class SparkSubmitRunner:
 
     With `fast_start` (default), small jobs on a local master start their JVM with the options of
     the `fast_start` module (class archive, client JIT), which change how fast the job starts, not what
-    it does. Spark logs at WARN unless `conf` sets `spark.log.level`."""
+    it does. Spark logs at WARN unless `conf` sets `spark.log.level`. A job still running `timeout`
+    seconds after its submit (default $ODF_ENGINE_TIMEOUT, else one hour; the JVM's start counts) is
+    stopped, and its request answered with a `timeout` error."""
 
     def __init__(
         self,
@@ -83,6 +110,7 @@ class SparkSubmitRunner:
         extra_args: Sequence[str] = (),
         log: Callable[[str], None] = _log.info,
         fast_start: bool = True,
+        timeout: float | None = None,
     ) -> None:
         self.master = master
         self.spark_submit = spark_submit
@@ -90,6 +118,7 @@ class SparkSubmitRunner:
         self.extra_args = list(extra_args)
         self.log = log
         self.fast_start = fast_start
+        self.timeout = resolve_engine_timeout(timeout)
 
     def command(
         self,
@@ -116,12 +145,16 @@ class SparkSubmitRunner:
         conf = with_log_level(self.conf, DEFAULT_SPARK_LOG_LEVEL, work_dir, local_driver=True)
         if self.fast_start:
             conf = fast_start_conf(conf, self.master, request_json)
-        self.submit([(request_path, response_path)], work_dir, conf)
+        try:
+            self.submit([(request_path, response_path)], work_dir, conf)
+        except EngineDeadlineError as e:
+            return timeout_response(e.seconds)
         return response_path.read_text(encoding="utf-8")
 
     def submit(self, requests: Sequence[tuple[Path, Path]], work_dir: Path, conf: Mapping[str, str]) -> None:
-        """Runs one job over the written requests; fails unless every response was written. The S3 keys
-        of `conf` go to spark-submit in a file only this user can read, never on its command line."""
+        """Runs one job over the written requests; fails unless every response was written, with
+        EngineDeadlineError when the job ran past the deadline. The S3 keys of `conf` go to
+        spark-submit in a file only this user can read, never on its command line."""
         public, secrets = split_secrets(dict(conf))
         secrets_file = (
             write_secret_properties(work_dir / "spark-secrets.properties", secrets) if secrets else None
@@ -155,11 +188,25 @@ class SparkSubmitRunner:
             ) from None
         tail: list[str] = []
         assert proc.stdout is not None
-        for line in proc.stdout:
-            self.log(line.rstrip())
-            tail = [*tail[-19:], line.rstrip()]
-        code = proc.wait()
+        with Deadline(self.timeout, lambda: stop_process(proc)) as deadline:
+            for line in proc.stdout:
+                self.log(line.rstrip())
+                tail = [*tail[-19:], line.rstrip()]
+            code = proc.wait()
+        if deadline.passed:
+            raise EngineDeadlineError(self.timeout)
         if not all(response_path.exists() for _, response_path in requests):
             raise EngineRunError(
                 f"spark-submit exited with code {code} without a response; last output:\n" + "\n".join(tail)
             )
+
+
+def stop_process(proc: subprocess.Popen[str]) -> None:
+    """Stops a spark-submit process: SIGTERM (its shutdown hook stops the SparkContext, so a cluster
+    frees the executors), SIGKILL if it has not ended within STOP_GRACE_SECONDS. The job's Python
+    driver dies with it (parent-death signal)."""
+    proc.terminate()
+    try:
+        proc.wait(STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        proc.kill()
