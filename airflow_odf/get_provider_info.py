@@ -128,6 +128,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "False",
                         "default": "True",
                     },
+                    # None (unset), so that ODF_ENGINE_TIMEOUT still applies (utils/engine_deadline.py)
+                    "engine_timeout": {
+                        "description": "Seconds an engine request may run before its Spark jobs are "
+                        "cancelled (its spark-submit application killed) and the task fails without "
+                        "retries; a task's engine_timeout wins. Unset: ODF_ENGINE_TIMEOUT, else 3600.",
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "600",
+                        "default": None,
+                    },
                     "spark_log_level": {
                         "description": "How much Spark logs in the task log of spark-submit jobs: a log4j "
                         "level (OFF, FATAL, ERROR, WARN, INFO, DEBUG, TRACE, ALL); a task's "

@@ -12,6 +12,8 @@ silently fall back to YARN. On a `local` master, small jobs start with the fast-
 spark-submit in a properties file only the task's user can read, removed when the job ends. A driver
 that runs on this machine (client deploy mode) dies with the task's process, even when that is killed
 with SIGKILL (`parent_death`); on a cluster, `on_kill` stops the application the Spark provider's way.
+A request still running at its deadline (`timeout`, the operators' `engine_timeout`) is stopped by the
+same `on_kill` and answered with a `timeout` error.
 
 A connection of the Spark provider's type `spark_connect` names a long-running Spark Connect server
 (`odf engine serve`); its `SparkConnectHook` gives the `sc://` URL with the token (password), user id
@@ -31,9 +33,17 @@ from airflow.sdk.configuration import conf as airflow_conf
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_odf.odf.engine_client.fast_start import fast_start_conf
-from airflow_odf.odf.engine_client.runner import EngineRunError, EngineRunner, job_script, package_archive
+from airflow_odf.odf.engine_client.runner import (
+    STOP_GRACE_SECONDS,
+    EngineRunError,
+    EngineRunner,
+    job_script,
+    package_archive,
+    timeout_response,
+)
 from airflow_odf.odf.engine_client.spark_logging import spark_log_level, with_log_level
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.utils.engine_deadline import Deadline, resolve_engine_timeout
 from airflow_odf.utils.parent_death import parent_death_preexec
 from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 
@@ -66,14 +76,22 @@ class _SubmitHook(SparkSubmitHook):
 
 
 class SparkSubmitEngineRunner:
-    """Runs engine requests with `SparkSubmitHook` on the cluster of the Spark connection `conn_id`."""
+    """Runs engine requests with `SparkSubmitHook` on the cluster of the Spark connection `conn_id`;
+    one still running `timeout` seconds after its submit (default $ODF_ENGINE_TIMEOUT, else one hour)
+    is killed (`on_kill`) and answered with a `timeout` error."""
 
     def __init__(
-        self, conn_id: str = "spark_default", *, conf: dict[str, Any] | None = None, name: str = "odf"
+        self,
+        conn_id: str = "spark_default",
+        *,
+        conf: dict[str, Any] | None = None,
+        name: str = "odf",
+        timeout: float | None = None,
     ) -> None:
         self.conn_id = conn_id
         self.conf = {"spark.ui.enabled": "false", **(conf or {})}
         self.name = name
+        self.timeout = resolve_engine_timeout(timeout)
         self._hook: SparkSubmitHook | None = None
 
     def _connection(self) -> Connection:
@@ -113,14 +131,19 @@ class SparkSubmitEngineRunner:
             application_args=["--request", str(request_path), "--response", str(response_path)],
             properties_file=str(write_secret_properties(secrets_path, secrets)) if secrets else None,
         )
+        # again and again: a kill that came before the hook had started spark-submit found nothing to stop
+        deadline = Deadline(self.timeout, self.on_kill, again=STOP_GRACE_SECONDS)
         try:  # a local driver dies with this process, also when it is killed with SIGKILL
-            self._hook.submit(str(job_script()), cwd=str(work_dir), preexec_fn=parent_death_preexec())
+            with deadline:
+                self._hook.submit(str(job_script()), cwd=str(work_dir), preexec_fn=parent_death_preexec())
         except AirflowException as e:
-            if not response_path.exists():
+            if not response_path.exists() and not deadline.passed:
                 raise EngineRunError(f"the Spark job failed before it answered: {e}") from None
         finally:
             self._hook = None
             secrets_path.unlink(missing_ok=True)
+        if deadline.passed:
+            return timeout_response(self.timeout)
         if not response_path.exists():
             raise EngineRunError("the Spark job finished without writing its response")
         return response_path.read_text(encoding="utf-8")
@@ -138,10 +161,15 @@ class SparkConnectEngineRunner:
     fails the task within seconds with a message naming its URL, and the task's retries apply."""
 
     def __init__(
-        self, conn_id: str = SparkConnectHook.default_conn_name, *, conf: dict[str, str] | None = None
+        self,
+        conn_id: str = SparkConnectHook.default_conn_name,
+        *,
+        conf: dict[str, str] | None = None,
+        timeout: float | None = None,
     ) -> None:
         self.conn_id = conn_id
         self.conf = dict(conf or {})
+        self.timeout = resolve_engine_timeout(timeout)
         self._runner: EngineRunner | None = None
 
     def remote(self) -> str:
@@ -163,7 +191,7 @@ class SparkConnectEngineRunner:
         from airflow_odf.engine.connect_runner import ConnectUnreachableError, SparkConnectRunner
 
         if self._runner is None:
-            self._runner = SparkConnectRunner(self.remote(), self.conf)
+            self._runner = SparkConnectRunner(self.remote(), self.conf, timeout=self.timeout)
         try:
             return self._runner.run(request_json, work_dir)
         except ConnectUnreachableError as e:  # retryable: the server may be back by the next try

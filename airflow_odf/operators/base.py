@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from airflow.exceptions import AirflowNotFoundException
 from airflow.sdk import AssetAlias, BaseOperator, Context
 from airflow.sdk.configuration import conf
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_odf.assets import declared_assets, odf_asset
 from airflow_odf.exceptions import OdfSchemaViolationException, airflow_error
@@ -27,6 +28,7 @@ from airflow_odf.notifications.schema_violation import violation_summary
 from airflow_odf.odf.engine_client.runner import EngineRunner, require_local_spark
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository
+from airflow_odf.utils.engine_deadline import resolve_engine_timeout
 
 if TYPE_CHECKING:
     from airflow_odf.lineage import LineageDataset, OdfLineage
@@ -54,6 +56,11 @@ class OdfBaseOperator(BaseOperator):
     connection (of type `spark_connect`); `engine="local"` runs it in the worker's own local
     SparkSession. The default is `[odf] default_engine` (spark-submit); a Spark connection of type
     `spark_connect` selects spark-connect by itself (unless the engine is `local`).
+
+    `engine_timeout` is each engine request's deadline in seconds (else `[odf] engine_timeout`, else
+    $ODF_ENGINE_TIMEOUT, else one hour): a request still running then is stopped — its Spark jobs
+    cancelled, its spark-submit application killed — and the task fails without retries, committing
+    nothing (the same request would do the same work again).
     """
 
     template_fields: tuple[str, ...] = ("dataset",)
@@ -68,11 +75,14 @@ class OdfBaseOperator(BaseOperator):
         spark_conn_id: str = "spark_default",
         engine: str | None = None,
         spark_conf: dict[str, str] | None = None,
+        engine_timeout: float | None = None,
         **kwargs: Any,
     ) -> None:
         engine = engine or conf.get("odf", "default_engine", fallback="spark-submit")
         if engine not in ENGINES:
             raise ValueError(f"engine={engine!r}: expected one of {', '.join(ENGINES)}")
+        if engine_timeout is not None:
+            resolve_engine_timeout(engine_timeout, "engine_timeout")  # a bad one: the DAG does not load
         if not dataset:
             raise ValueError("dataset: the name of an ODF dataset is required")
         declared = [] if "outlets" in kwargs else declared_assets(dataset)  # outlets given: as given
@@ -84,6 +94,7 @@ class OdfBaseOperator(BaseOperator):
         self.spark_conn_id = spark_conn_id
         self.engine = engine
         self.spark_conf = spark_conf or {}
+        self.engine_timeout = engine_timeout
         self._runner: Any = None
 
     def repository(self) -> Repository:
@@ -103,14 +114,30 @@ class OdfBaseOperator(BaseOperator):
             from airflow_odf.engine.local_runner import LocalSparkRunner  # pyspark in the worker
 
             master = self.spark_conf.get("spark.master", "local[*]")
-            self._runner = LocalSparkRunner(master, with_fast_start(self.engine_conf(), master, None))
+            conf = with_fast_start(self.engine_conf(), master, None)
+            self._runner = LocalSparkRunner(master, conf, timeout=self.request_deadline())
         elif self.engine == "spark-connect" or connection_type(self.spark_conn_id) == SPARK_CONNECT_CONN_TYPE:
             # a Connect server gets its s3a jars and settings when it starts (`odf engine serve --s3a`)
-            self._runner = SparkConnectEngineRunner(self.spark_conn_id, conf=self.spark_conf)
+            self._runner = SparkConnectEngineRunner(
+                self.spark_conn_id, conf=self.spark_conf, timeout=self.request_deadline()
+            )
         else:
             name = f"odf-{self.dag_id}-{self.task_id}"
-            self._runner = SparkSubmitEngineRunner(self.spark_conn_id, conf=self.engine_conf(), name=name)
+            self._runner = SparkSubmitEngineRunner(
+                self.spark_conn_id, conf=self.engine_conf(), name=name, timeout=self.request_deadline()
+            )
         return self._runner
+
+    def request_deadline(self) -> float:
+        """Seconds an engine request may run: `engine_timeout`, else `[odf] engine_timeout`, else
+        $ODF_ENGINE_TIMEOUT, else one hour. A bad configured value fails the task (no retries)."""
+        value, source = self.engine_timeout, "engine_timeout"
+        if value is None:
+            value, source = conf.get("odf", "engine_timeout", fallback=None), "[odf] engine_timeout"
+        try:
+            return resolve_engine_timeout(value, source)
+        except ValueError as e:
+            raise AirflowFailException(str(e)) from None
 
     def engine_conf(self) -> dict[str, str]:
         """The task's Spark conf plus the s3a jars and settings of the repository connection
