@@ -153,12 +153,12 @@ CASES = [
     Case(
         "invalid-yaml-syntax",
         "kind: DatasetSnapshot\nversion: 1\ncontent:\n  name: [unclosed\n  kind: Root\n",
-        (("", "line 5, column 7: invalid YAML: expected ',' or ']'"),),
+        (("", "line 5, column 7: invalid YAML: did not find expected ',' or ']'"),),
     ),
     Case(
         "invalid-yaml-indentation",
         "kind: DatasetSnapshot\n  version: 1\n",
-        (("", "line 2, column 10: invalid YAML: mapping values are not allowed here"),),
+        (("", "line 2, column 10: invalid YAML: mapping values are not allowed in this context"),),
     ),
     Case(
         "duplicate-key",

@@ -15,12 +15,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_odf.odf.errors import ChainRuleError, OdfFormatError
+from airflow_odf.odf.errors import ChainRuleError, OdfFormatError, quoted
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.fields import METADATA_EVENT
 from airflow_odf.odf.format.multiformats import DatasetId, Multihash
+from airflow_odf.odf.format.schema_bounds import schema_problem
 from airflow_odf.odf.format.timestamps import Timestamp
-from airflow_odf.odf.schema.evolution import check_evolution
+from airflow_odf.odf.schema.evolution import check_evolution, odf_schema
 
 
 class SliceIndex:
@@ -305,6 +306,15 @@ def _is_did_odf(ref: str) -> bool:
     return True
 
 
+def _first_repeated(items: list[str]) -> str | None:
+    seen: set[str] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
+
+
 def _check_set_transform(event: model.SetTransform) -> None:
     if not event.inputs:
         raise _fail("set-transform", "SetTransform needs at least one input")
@@ -312,8 +322,9 @@ def _check_set_transform(event: model.SetTransform) -> None:
         str(DatasetId.parse(i.dataset_ref)) if _is_did_odf(i.dataset_ref) else i.dataset_ref
         for i in event.inputs
     ]
-    if len(set(refs)) != len(refs):
-        raise _fail("set-transform", f"SetTransform inputs must be unique, got {refs}")
+    twice = _first_repeated(refs)
+    if twice is not None:  # named alone: the list of a thousand inputs would make a huge message
+        raise _fail("set-transform", f"SetTransform inputs must be unique, got {quoted(twice)} twice")
     for i in event.inputs:
         if not _is_did_odf(i.dataset_ref) or not i.alias:
             raise _fail(
@@ -329,6 +340,12 @@ def _check_set_transform(event: model.SetTransform) -> None:
 def _apply_set_data_schema(state: ChainState, event: model.SetDataSchema) -> None:
     if event.schema is None and event.raw_arrow_schema is None:
         raise _fail("set-data-schema", "SetDataSchema has neither schema nor rawArrowSchema")
+    try:
+        problem = schema_problem(odf_schema(event))
+    except OdfFormatError:  # an undecodable legacy schema: the evolution check below names it
+        problem = None
+    if problem is not None:
+        raise _fail("set-data-schema", f"the schema is refused: {problem}")
     if state.schema is not None:
         check_evolution(state.schema, event)
 

@@ -6,7 +6,10 @@ steps. It reports every problem at once, each with the path to the field
 (`content.metadata[1].merge.primaryKey`). YAML is read with 1.2 scalar rules: only `true`/`false` are
 booleans and timestamps stay text, so `on`, `no` or `2024-01-01` are never silently re-typed.
 Hostile text costs bounded time and memory: the size (`limits.max_manifest_bytes()`), nesting, alias
-expansion and integer length are capped, each cap a one-line problem.
+expansion, the number of YAML nodes and integer length are capped, and so are a transform's inputs, a
+schema's fields, each list of steps and a field name's length (`limits`); each cap is a one-line problem.
+YAML is scanned and parsed by libyaml when PyYAML has it (the pure-Python scanner takes seconds per
+megabyte), then composed here, where the caps are checked.
 
 Writing follows the schema: keys in declaration order, union `kind` first, PascalCase tags, RFC 3339
 times, multi-line SQL as literal blocks.
@@ -23,13 +26,20 @@ from typing import Any
 
 import yaml
 
+from airflow_odf.odf import limits
 from airflow_odf.odf.errors import ManifestError, OdfFormatError, Problem, quoted
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.fields import METADATA_EVENT, Kind, TypeSpec, enum_name, fields_of, union_spec
 from airflow_odf.odf.format.multiformats import DatasetId, Multihash
 from airflow_odf.odf.format.names import dataset_name_problem
+from airflow_odf.odf.format.schema_bounds import field_name_problem, schema_problem
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.limits import MAX_MANIFEST_BYTES_ENV, max_manifest_bytes
+
+try:  # libyaml's scanner and parser: the events of a 4 MiB text in a fraction of a second
+    from yaml._yaml import CParser as _EventSource
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    _EventSource = None
 
 MANIFEST_VERSIONS = {"DatasetSnapshot": (1,), "MetadataEvent": (1,), "MetadataBlock": (2, 3)}
 _WRITE_VERSION = {"DatasetSnapshot": 1, "MetadataEvent": 1, "MetadataBlock": 3}
@@ -76,6 +86,11 @@ _EXPANSION_ALLOWANCE = 100_000
 #: Longer integer literals are refused: manifest numbers fit in 64 bits, and Python converts integers
 #: of more than 4300 digits neither from nor to text.
 _MAX_INT_CHARS = 64
+#: YAML nodes per text (aliases not expanded; the expansion budget bounds those): room for a schema at
+#: the field limit, and what the composer and the model reader go through in about a second. libyaml
+#: counts them before anything is composed, so a text of millions of nodes is refused in a fraction of
+#: a second.
+MAX_YAML_NODES = 100_000
 
 
 class _Loader(yaml.SafeLoader):
@@ -90,6 +105,7 @@ class _Loader(yaml.SafeLoader):
         super().__init__(text)
         self.expansion_budget = EXPANSION_PER_CHAR * len(text) + _EXPANSION_ALLOWANCE
         self.depth = 0
+        self.nodes = 0
         # weight of each node composed in the current document: nodes plus scalar characters, aliases
         # expanded; a node still being composed has none yet
         self.weights: dict[int, int] = {}
@@ -113,6 +129,9 @@ class _Loader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(
                 None, None, f"nested deeper than {MAX_YAML_DEPTH} levels", event.start_mark
             )
+        self.nodes += 1
+        if self.nodes > MAX_YAML_NODES:  # counted before composing when libyaml parses
+            raise _too_many_nodes(event.start_mark)
         self.depth += 1
         try:
             node = super().compose_node(parent, index)
@@ -149,6 +168,27 @@ class _Loader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+if _EventSource is not None:
+
+    class _FastLoader(_Loader, _EventSource):  # type: ignore[misc, valid-type]
+        """`_Loader` composing (with its caps) from libyaml's events instead of the pure-Python parser's."""
+
+        check_event = _EventSource.check_event
+        peek_event = _EventSource.peek_event
+        get_event = _EventSource.get_event
+        dispose = _EventSource.dispose
+
+        def __init__(self, text: str) -> None:
+            _EventSource.__init__(self, text)
+            yaml.composer.Composer.__init__(self)
+            yaml.constructor.SafeConstructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+            self.expansion_budget = EXPANSION_PER_CHAR * len(text) + _EXPANSION_ALLOWANCE
+            self.depth = 0
+            self.nodes = 0
+            self.weights = {}
 
 
 _YAML11_ONLY = (
@@ -287,15 +327,60 @@ def _join(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
 
 
+#: Problems listed per document; past this the rest are counted in one line (a list of 100,000 bad items
+#: is not 100,000 lines).
+MAX_PROBLEMS = 20
+
+
+def _list_limits() -> dict[tuple[type, str], tuple[str, int, str]]:
+    """(model class, field) -> (what the list holds, its limit, the variable that moves the limit)."""
+    fields = ("fields", limits.max_schema_fields(), limits.MAX_SCHEMA_FIELDS_ENV)
+    steps = limits.max_manifest_steps(), limits.MAX_MANIFEST_STEPS_ENV
+    return {
+        (model.SetTransform, "inputs"): (
+            "inputs",
+            limits.max_transform_inputs(),
+            limits.MAX_TRANSFORM_INPUTS_ENV,
+        ),
+        (model.DataSchema, "fields"): fields,
+        (model.DataTypeStruct, "fields"): fields,
+        **{(step, "ddl_schema"): ("columns", *fields[1:]) for step in _READ_STEPS},
+        (model.DatasetSnapshot, "metadata"): ("events", *steps),
+        (model.SetPollingSource, "prepare"): ("prepare steps", *steps),
+        (model.TransformSql, "queries"): ("queries", *steps),
+        (model.TransformSql, "temporal_tables"): ("temporal tables", *steps),
+    }
+
+
 class _ModelReader:
-    """Converts plain YAML data into model objects, collecting problems instead of stopping at the first."""
+    """Converts plain YAML data into model objects, collecting problems instead of stopping at the first.
+
+    A list longer than its limit (`_list_limits`) is refused before any of its items is converted."""
 
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self.failures = 0
+        self.list_limits = _list_limits()
 
     def fail(self, path: str, message: str) -> _Invalid:
-        self.problems.append(Problem(path, message))
+        self.failures += 1
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append(Problem(path, message))
         return _INVALID
+
+    def all_problems(self, prefix: str = "") -> list[Problem]:
+        """The problems listed, and one line counting those left out."""
+        listed = [Problem(p.path, prefix + p.message) for p in self.problems]
+        left_out = self.failures - len(self.problems)
+        return [*listed, Problem("", f"{prefix}and {left_out} more problems")] if left_out else listed
+
+    def _too_long(self, cls: type, name: str, raw: Any, path: str) -> bool:
+        limit = self.list_limits.get((cls, name))
+        if limit is None or not isinstance(raw, list) or len(raw) <= limit[1]:
+            return False
+        what, most, variable = limit
+        self.fail(path, f"{len(raw)} {what}; at most {most} ({variable})")
+        return True
 
     def value(self, t: TypeSpec, data: Any, path: str) -> Any:
         kind = t.kind
@@ -386,7 +471,7 @@ class _ModelReader:
         if not isinstance(data, dict):
             return self.fail(path, f"expected a {cls.__name__} mapping, got {_describe(data)}")
         by_name = {f.yaml_name: f for f in specs}
-        before = len(self.problems)
+        before = self.failures
         kwargs: dict[str, Any] = {}
         for key, raw in data.items():
             if key in skip:
@@ -403,13 +488,19 @@ class _ModelReader:
                 if f.required:
                     self.fail(key_path, "must not be null")
                 continue
+            if self._too_long(cls, f.name, raw, key_path):
+                continue
             value = self.value(f.type, raw, key_path)
             if value is not _INVALID:
                 kwargs[f.name] = value
         for f in specs:
             if f.required and f.yaml_name not in data:
                 self.fail(_join(path, f.yaml_name), f"required field of {cls.__name__} is missing")
-        if len(self.problems) > before:
+        if cls is model.DataField and isinstance(kwargs.get("name"), str):
+            problem = field_name_problem(kwargs["name"])
+            if problem is not None:
+                self.fail(_join(path, "name"), problem)
+        if self.failures > before:
             return _INVALID
         return cls(**kwargs)
 
@@ -426,8 +517,8 @@ def from_plain(t: TypeSpec, data: Any, source: str = "<data>") -> Any:
     """The model value of plain (YAML/JSON) data of type `t`; raises ManifestError with field paths."""
     reader = _ModelReader()
     value = reader.value(t, data, "")
-    if reader.problems:
-        raise ManifestError(source, reader.problems)
+    if reader.failures:
+        raise ManifestError(source, reader.all_problems())
     return value
 
 
@@ -472,6 +563,24 @@ def _sql_problems(sql: model.TransformSql, path: str) -> list[Problem]:
     return problems
 
 
+def _schema_problems(content: Any) -> list[Problem]:
+    """The schemas of SetDataSchema events over the limits of `schema_bounds` (fields counted with the
+    nested ones, which the per-list limits do not add up)."""
+    if isinstance(content, model.DatasetSnapshot):
+        events = [(f"content.metadata[{i}]", e) for i, e in enumerate(content.metadata)]
+    elif isinstance(content, model.MetadataBlock):
+        events = [("content.event", content.event)]
+    else:
+        events = [("content", content)]
+    problems = []
+    for path, event in events:
+        if isinstance(event, model.SetDataSchema) and event.schema is not None:
+            problem = schema_problem(event.schema)
+            if problem is not None:
+                problems.append(Problem(f"{path}.schema", problem))
+    return problems
+
+
 def _read_document(doc: Any, source: str, index: int) -> tuple[Manifest | None, list[Problem]]:
     prefix = f"[document {index + 1}] " if index else ""
     if not isinstance(doc, dict):
@@ -501,7 +610,9 @@ def _read_document(doc: Any, source: str, index: int) -> tuple[Manifest | None, 
     else:
         cls = model.DatasetSnapshot if kind == "DatasetSnapshot" else model.MetadataBlock
         content = reader.table(cls, doc["content"], "content")
-    problems += [Problem(p.path, prefix + p.message) for p in reader.problems]
+    problems += reader.all_problems(prefix)
+    if not reader.failures:
+        problems += [Problem(p.path, prefix + p.message) for p in _schema_problems(content)]
     if isinstance(content, model.DatasetSnapshot):
         problems += [Problem(p.path, prefix + p.message) for p in _snapshot_problems(content)]
     if problems or content is _INVALID:
@@ -516,8 +627,33 @@ def _check_manifest_size(size: int, source: str) -> None:
         raise ManifestError(source, [Problem("", message)])
 
 
+def _too_many_nodes(mark: Any) -> yaml.composer.ComposerError:
+    return yaml.composer.ComposerError(
+        None, None, f"more than {MAX_YAML_NODES} values (nodes) in one text", mark
+    )
+
+
+def _count_nodes(text: str) -> None:
+    """Raises once the text has more than MAX_YAML_NODES nodes; libyaml's events cost about a
+    microsecond each, composing them ten times more."""
+    assert _EventSource is not None
+    parser = _EventSource(text)
+    nodes = 0
+    try:
+        while parser.check_event():
+            event = parser.get_event()
+            if isinstance(event, (yaml.ScalarEvent, yaml.CollectionStartEvent)):
+                nodes += 1
+                if nodes > MAX_YAML_NODES:
+                    raise _too_many_nodes(event.start_mark)
+    finally:
+        parser.dispose()
+
+
 def _load_yaml(text: str) -> list[Any]:
-    loader = _Loader(text)
+    if _EventSource is not None:
+        _count_nodes(text)
+    loader = _Loader(text) if _EventSource is None else _FastLoader(text)
     try:
         docs = []
         while loader.check_data():
