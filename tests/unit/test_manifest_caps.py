@@ -166,3 +166,19 @@ def test_duplicate_inputs_name_the_repeated_one_only() -> None:
             )
         )
     assert len(str(info.value)) < 200, str(info.value)[:300]
+
+
+def test_a_chain_of_five_thousand_derivatives_is_ordered_without_recursion() -> None:
+    """Each derivative reads the one before it, given newest first: the order is inputs first (the
+    recursive walk raised RecursionError here)."""
+    from airflow_odf.odf.repo.snapshot_order import dependency_order
+
+    def snap(i: int) -> model.DatasetSnapshot:
+        if i == 0:
+            return model.DatasetSnapshot(name="d0", kind=model.DatasetKind.ROOT, metadata=[])
+        sql = model.TransformSql(engine="spark", query="SELECT 1")
+        event = model.SetTransform(inputs=[model.TransformInput(dataset_ref=f"d{i - 1}")], transform=sql)
+        return model.DatasetSnapshot(name=f"d{i}", kind=model.DatasetKind.DERIVATIVE, metadata=[event])
+
+    given = [snap(i) for i in reversed(range(5000))]
+    assert [s.name for s in dependency_order(given)] == [f"d{i}" for i in range(5000)]
