@@ -72,7 +72,9 @@ class OdfRepoHook(BaseHook):
         default chain applies; `spark_s3a: true` lets the engine read and write the bucket itself
         over `s3a://` (`engine_spark_conf` gives it the jars and settings). HTTP: `token` or the
         password field (a bearer token), `timeout`, `retries`, `object_deadline` (seconds per object;
-        default `$ODF_HTTP_OBJECT_DEADLINE` or 600).
+        default `$ODF_HTTP_OBJECT_DEADLINE` or 600), `min_rate` and `min_rate_window` (a transfer slower
+        than `min_rate` bytes/s over `min_rate_window` seconds is dropped; default `$ODF_HTTP_MIN_RATE`
+        or 1024, 0 turns it off, and `$ODF_HTTP_MIN_RATE_WINDOW` or 30).
         """
         own = self._connection(self.odf_conn_id)
         extra = own.extra_dejson
@@ -99,6 +101,8 @@ class OdfRepoHook(BaseHook):
             http_timeout=float(extra["timeout"]) if extra.get("timeout") else None,
             http_retries=int(extra["retries"]) if extra.get("retries") is not None else None,
             http_object_deadline=float(extra["object_deadline"]) if extra.get("object_deadline") else None,
+            http_min_rate=float(extra["min_rate"]) if extra.get("min_rate") not in (None, "") else None,
+            http_min_rate_window=float(extra["min_rate_window"]) if extra.get("min_rate_window") else None,
             engine_scheme="s3a" if extra.get("spark_s3a") in (True, "true", "True", "1") else None,
         )
 

@@ -10,12 +10,15 @@ The server is an untrusted peer, so every answer costs bounded memory and time: 
 only to http(s) URLs, at most `MAX_REDIRECTS` hops; a ref is read up to `limits.MAX_REF_BYTES`, any
 other object held in memory up to `limits.max_block_bytes()`, a downloaded file up to the size its
 block declares (`get_file(max_bytes=...)`), each refused as soon as the server declares or sends more;
-and each object has an overall deadline (`ODF_HTTP_OBJECT_DEADLINE`, retries included) besides the
-per-read timeout, so a server that drips bytes cannot hold a pull forever.
+each object — a ref, a block, a data file — has an overall deadline (`ODF_HTTP_OBJECT_DEADLINE`, retries
+included) besides the per-read timeout, and a transfer that brings less than `ODF_HTTP_MIN_RATE` bytes/s
+over `ODF_HTTP_MIN_RATE_WINDOW` seconds is dropped (curl's low-speed limit), so a server that drips bytes
+cannot hold a pull forever, nor for long.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import http.client
 import math
@@ -49,6 +52,12 @@ DEFAULT_MAX_DELAY = 10.0
 MAX_REDIRECTS = 5
 OBJECT_DEADLINE_ENV = "ODF_HTTP_OBJECT_DEADLINE"
 DEFAULT_OBJECT_DEADLINE = 600.0
+MIN_RATE_ENV = "ODF_HTTP_MIN_RATE"
+MIN_RATE_WINDOW_ENV = "ODF_HTTP_MIN_RATE_WINDOW"
+#: Bytes per second below which a transfer is dropped once it has lasted a window: a link slower than
+#: 1 KiB/s for 30 s moves no dataset; 0 turns the check off.
+DEFAULT_MIN_RATE = 1024.0
+DEFAULT_MIN_RATE_WINDOW = 30.0
 #: A download expected to be big gets one more second per MiB on top of the deadline, so that a slow
 #: but steady link still finishes a large data file.
 DEADLINE_SECONDS_PER_BYTE = 1 / (1024 * 1024)
@@ -86,37 +95,89 @@ class _TransientError(Exception):
         self.retry_after = retry_after
 
 
-def default_object_deadline() -> float:
-    """Seconds one object may take, retries included (`ODF_HTTP_OBJECT_DEADLINE`, default 600)."""
-    raw = os.environ.get(OBJECT_DEADLINE_ENV)
+def _setting(name: str, default: float, what: str, *, zero: bool = False) -> float:
+    raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
-        return DEFAULT_OBJECT_DEADLINE
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
-    if not (value > 0 and math.isfinite(value)):
-        raise OdfError(f"{OBJECT_DEADLINE_ENV}={raw!r}: expected a positive number of seconds")
+    if not ((value > 0 or (zero and value == 0)) and math.isfinite(value)):
+        raise OdfError(f"{name}={raw!r}: expected {what}")
     return value
 
 
-class _Deadline:
-    """The end of one object's transfer. When it passes, the connection in use is shut down: that ends
-    a read blocked on a server that drips its headers or body (each byte within the read timeout)."""
+def default_object_deadline() -> float:
+    """Seconds one object may take, retries included (`ODF_HTTP_OBJECT_DEADLINE`, default 600)."""
+    return _setting(OBJECT_DEADLINE_ENV, DEFAULT_OBJECT_DEADLINE, "a positive number of seconds")
 
-    def __init__(self, seconds: float) -> None:
+
+def default_min_rate() -> float:
+    """Bytes/s a transfer must bring over each window (`ODF_HTTP_MIN_RATE`, default 1024; 0: off)."""
+    return _setting(MIN_RATE_ENV, DEFAULT_MIN_RATE, "a number of bytes per second (0: no minimum)", zero=True)
+
+
+def default_min_rate_window() -> float:
+    """Seconds the minimum rate is measured over (`ODF_HTTP_MIN_RATE_WINDOW`, default 30)."""
+    return _setting(MIN_RATE_WINDOW_ENV, DEFAULT_MIN_RATE_WINDOW, "a positive number of seconds")
+
+
+class _Deadline:
+    """The end of one object's transfer, and its minimum rate. When the deadline passes, or a request has
+    brought less than `min_rate` bytes/s over the last `window` seconds, the connection in use is shut
+    down: that ends a read blocked on a server that drips its headers or body (each byte within the
+    read timeout). A watchdog thread looks once a tick; `slow` tells the rate's drop from the deadline's."""
+
+    def __init__(
+        self, seconds: float, min_rate: float = 0.0, window: float = DEFAULT_MIN_RATE_WINDOW
+    ) -> None:
         self.seconds = seconds
+        self.min_rate = min_rate
+        self.window = window
         self.expired = False
+        self.slow = False
         self._end = time.monotonic() + seconds
         self._lock = threading.Lock()
         self._conn: http.client.HTTPConnection | None = None
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
-        self._timer.start()
+        self._received = 0
+        self._marks: collections.deque[tuple[float, int]] = collections.deque([(time.monotonic(), 0)])
+        self._done = threading.Event()
+        self._tick = min(1.0, window / 4)
+        self._watchdog = threading.Thread(target=self._watch_over, name="odf-http-deadline", daemon=True)
+        self._watchdog.start()
 
     def watch(self, conn: http.client.HTTPConnection) -> None:
+        """`conn` carries the next request; the rate is measured afresh from now (a back-off sleep or a
+        redirect is no slow transfer)."""
         with self._lock:
             self._conn = conn
+            self._marks = collections.deque([(time.monotonic(), self._received)])
+
+    def progress(self, count: int) -> None:
+        """`count` more bytes of a body arrived."""
+        self._received += count
+
+    def _watch_over(self) -> None:
+        while not self._done.wait(min(self._tick, self.remaining())):
+            now = time.monotonic()
+            if now >= self._end:
+                self._expire()
+                return
+            if self.min_rate > 0 and self._too_slow(now):
+                self.slow = True
+                self._expire()
+                return
+
+    def _too_slow(self, now: float) -> bool:
+        """Less than `min_rate * window` bytes since the mark one window ago (none before a window)."""
+        with self._lock:
+            marks = self._marks
+            marks.append((now, self._received))
+            while len(marks) > 1 and marks[1][0] <= now - self.window:
+                marks.popleft()
+            since, received = marks[0]
+            return now - since >= self.window and self._received - received < self.min_rate * self.window
 
     def check(self) -> None:
         """Raises once expired (a connection opened while the timer fired was not shut down)."""
@@ -127,7 +188,7 @@ class _Deadline:
         return max(0.0, self._end - time.monotonic())
 
     def cancel(self) -> None:
-        self._timer.cancel()
+        self._done.set()
 
     def _expire(self) -> None:
         with self._lock:
@@ -142,7 +203,9 @@ class HttpObjectStore(ObjectStore):
     """`GET <base_url>/<key>`; every write (and listing) raises ReadOnlyStoreError.
 
     `object_deadline`: seconds one object may take, retries included (None: `ODF_HTTP_OBJECT_DEADLINE`
-    or 600); `timeout` bounds each connect and read."""
+    or 600); `min_rate`: bytes/s a request must bring over each `min_rate_window` seconds, else it is
+    dropped (None: `ODF_HTTP_MIN_RATE` or 1024, 0: off; `ODF_HTTP_MIN_RATE_WINDOW` or 30); `timeout`
+    bounds each connect and read."""
 
     def __init__(
         self,
@@ -154,6 +217,8 @@ class HttpObjectStore(ObjectStore):
         backoff: float = DEFAULT_BACKOFF,
         max_delay: float = DEFAULT_MAX_DELAY,
         object_deadline: float | None = None,
+        min_rate: float | None = None,
+        min_rate_window: float | None = None,
         headers: Mapping[str, str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -162,6 +227,8 @@ class HttpObjectStore(ObjectStore):
             raise HttpStoreError(f"not an http(s) URL: {redact_url(base_url)}", url=redact_url(base_url))
         if retries < 0 or timeout <= 0 or (object_deadline is not None and object_deadline <= 0):
             raise ValueError("retries must be >= 0, timeout and object_deadline > 0")
+        if (min_rate is not None and min_rate < 0) or (min_rate_window is not None and min_rate_window <= 0):
+            raise ValueError("min_rate must be >= 0, min_rate_window > 0")
         self.base_url = base_url.rstrip("/")
         self._token = bearer_token
         self.timeout = timeout
@@ -169,6 +236,8 @@ class HttpObjectStore(ObjectStore):
         self.backoff = backoff
         self.max_delay = max_delay
         self.object_deadline = default_object_deadline() if object_deadline is None else object_deadline
+        self.min_rate = default_min_rate() if min_rate is None else min_rate
+        self.min_rate_window = default_min_rate_window() if min_rate_window is None else min_rate_window
         self._headers = {"User-Agent": USER_AGENT, **(headers or {})}
         self._sleep = sleep
         self._local = threading.local()
@@ -237,7 +306,11 @@ class HttpObjectStore(ObjectStore):
         body is read inside the retry, so a connection dropped mid-body is retried too), all within
         the object's deadline."""
         shown = redact_url(self._url(key))
-        deadline = _Deadline(self.object_deadline + expected_bytes * DEADLINE_SECONDS_PER_BYTE)
+        deadline = _Deadline(
+            self.object_deadline + expected_bytes * DEADLINE_SECONDS_PER_BYTE,
+            self.min_rate,
+            self.min_rate_window,
+        )
         try:
             return self._with_retries(method, key, consume, deadline)
         except (TimeoutError, OSError, http.client.HTTPException):
@@ -245,6 +318,12 @@ class HttpObjectStore(ObjectStore):
                 raise
         finally:
             deadline.cancel()
+        if deadline.slow:
+            raise HttpStoreError(
+                f"{method} {shown} brought less than {deadline.min_rate:g} bytes/s over "
+                f"{deadline.window:g} s ({MIN_RATE_ENV}, {MIN_RATE_WINDOW_ENV}); dropped",
+                url=shown,
+            )
         raise HttpStoreError(
             f"{method} {shown} did not complete within {deadline.seconds:g} s ({OBJECT_DEADLINE_ENV}); "
             "gave up",
@@ -457,8 +536,11 @@ def _chunks(
     if limit is not None and declared is not None and declared > limit:
         raise object_too_large(key, where, limit, f"the server declares {declared} bytes; {why}")
     received = 0
-    while chunk := response.read(_CHUNK if limit is None else min(_CHUNK, limit + 1 - received)):
+    # read1: what has arrived, at once (read waits for a whole chunk, so a slow but steady body would
+    # show no progress to the rate's watchdog for a long while)
+    while chunk := response.read1(_CHUNK if limit is None else min(_CHUNK, limit + 1 - received)):
         deadline.check()  # a shut-down socket may still read a fast server's data (Linux keeps it)
+        deadline.progress(len(chunk))
         received += len(chunk)
         if limit is not None and received > limit:
             raise object_too_large(key, where, limit, f"the server sent more; {why}")
@@ -489,11 +571,17 @@ def _retry_after(value: str | None) -> float | None:
 
 
 __all__ = [
+    "DEFAULT_MIN_RATE",
+    "DEFAULT_MIN_RATE_WINDOW",
     "DEFAULT_OBJECT_DEADLINE",
     "MAX_REDIRECTS",
+    "MIN_RATE_ENV",
+    "MIN_RATE_WINDOW_ENV",
     "OBJECT_DEADLINE_ENV",
     "HttpObjectStore",
     "HttpStoreError",
     "ReadOnlyStoreError",
+    "default_min_rate",
+    "default_min_rate_window",
     "default_object_deadline",
 ]

@@ -46,6 +46,8 @@ class StoreCredentials:
     http_timeout: float | None = None
     http_retries: int | None = None
     http_object_deadline: float | None = None  # None: $ODF_HTTP_OBJECT_DEADLINE or 600 s
+    http_min_rate: float | None = None  # bytes/s; None: $ODF_HTTP_MIN_RATE or 1024, 0: off
+    http_min_rate_window: float | None = None  # None: $ODF_HTTP_MIN_RATE_WINDOW or 30 s
     engine_scheme: str | None = None  # e.g. "s3a": the Spark cluster reads the bucket itself
 
 
@@ -101,6 +103,8 @@ def open_store(url: str, *, credentials: StoreCredentials | None = None) -> Obje
             timeout=creds.http_timeout if creds.http_timeout is not None else DEFAULT_TIMEOUT,
             retries=creds.http_retries if creds.http_retries is not None else DEFAULT_RETRIES,
             object_deadline=creds.http_object_deadline,
+            min_rate=creds.http_min_rate,
+            min_rate_window=creds.http_min_rate_window,
         )
     return _open_s3(url, scheme, creds)
 
