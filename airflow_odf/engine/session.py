@@ -17,6 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_odf.utils.jvm_guard import with_sql_guard
 from airflow_odf.utils.s3a import CLASS_PATH_KEYS, split_secrets
 from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL, ODF_SPARK_CONF, SPARK_LOG_LEVEL
 
@@ -41,12 +42,14 @@ def get_session(master: str | None = None, extra_conf: dict[str, str] | None = N
 
     The S3 keys of `extra_conf` (`S3A_SECRET_KEYS`) are not given to the builder, which would put them
     on the JVM's command line: like every `spark.hadoop.*` option, they are set on the running session's
-    Hadoop configuration (so a reused session gets them too; tasks receive it with their work)."""
+    Hadoop configuration (so a reused session gets them too; tasks receive it with their work). The JVM
+    guard (`with_sql_guard`) is added when its jar is built: it loads only with a new JVM, so spark-submit's
+    runners pass it too."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName("airflow-odf")
     if master:
         builder = builder.master(master)
-    conf, _ = split_secrets({**ODF_SPARK_CONF, **(extra_conf or {})})
+    conf, _ = split_secrets(with_sql_guard({**ODF_SPARK_CONF, **(extra_conf or {})}))
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

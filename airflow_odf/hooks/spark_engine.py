@@ -44,6 +44,7 @@ from airflow_odf.odf.engine_client.runner import (
 from airflow_odf.odf.engine_client.spark_logging import spark_log_level, with_log_level
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.utils.engine_deadline import Deadline, resolve_engine_timeout
+from airflow_odf.utils.jvm_guard import with_sql_guard
 from airflow_odf.utils.parent_death import parent_death_preexec
 from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 
@@ -106,7 +107,7 @@ class SparkSubmitEngineRunner:
 
     def _job_conf(self, connection: Connection, request_json: str, work_dir: Path) -> dict[str, Any]:
         """The job's `--conf`: the task's, Spark's log level (`[odf] spark_log_level`, or the task's
-        `spark.log.level`), the fast-start options."""
+        `spark.log.level`), the fast-start options, the SQL lockdown and the JVM guard (`with_sql_guard`)."""
         host = connection.host or ""
         master = f"{host}:{connection.port}" if connection.port else host
         local_driver = connection.extra_dejson.get("deploy-mode") != "cluster"
@@ -115,7 +116,7 @@ class SparkSubmitEngineRunner:
             conf = with_log_level(self.conf, spark_log_level(level), work_dir, local_driver=local_driver)
         except OdfError as e:
             raise AirflowFailException(f"[odf] spark_log_level or spark_conf of the task: {e}") from None
-        return with_fast_start(conf, master, request_json)
+        return with_sql_guard(with_fast_start(conf, master, request_json))
 
     def run(self, request_json: str, work_dir: Path) -> str:
         connection = self._connection()

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from pyspark.errors import AnalysisException
 
 from airflow_odf.engine.connect_runner import connect_mode, open_session
 from airflow_odf.engine.errors import ConnectTokenRefusedError
 from airflow_odf.odf.chain.data_access import read_slice
-from airflow_odf.odf.engine_client.connect_server import free_port
+from airflow_odf.odf.engine_client.connect_server import TOKEN_CONF, TOKEN_VARIABLE, free_port
 from airflow_odf.odf.engine_client.runner import EngineRunError
 from airflow_odf.odf.format.manifests import read_single
 from airflow_odf.odf.ingest.options import IngestOptions
@@ -198,10 +199,56 @@ def test_serve_keeps_its_token_off_command_lines_and_output(token_server: TokenS
     processes = [p for p in (server, *server.children(recursive=True)) if p.status() != psutil.STATUS_ZOMBIE]
     assert not [p.cmdline() for p in processes if TOKEN in " ".join(p.cmdline())]  # `ps` shows them all
     [jvm] = [p for p in processes if p.name() == "java"]
-    assert jvm.environ()["SPARK_CONNECT_AUTHENTICATE_TOKEN"] == TOKEN  # readable by its owner only
+    assert TOKEN not in "".join(jvm.environ().values())  # a query could read its environment
+    cmdline = jvm.cmdline()
+    properties = Path(cmdline[cmdline.index("--properties-file") + 1])  # where it read its token
+    assert not properties.exists() and not properties.parent.exists()  # removed once it served
     log = token_server.log.read_text()
     assert f"clients must send the server's token: {url}/;token=TOKEN" in log
     assert TOKEN not in log
+
+
+def test_no_query_and_no_conf_read_of_a_client_yields_the_server_s_token(token_server: TokenServer) -> None:
+    """Tried as an attacker would, with the real server: the conf API (redacted by the guard's
+    interceptor), SET (Spark's redaction), the environment and system properties (reflection: refused by
+    the guard), variable substitution (off); a client that loosens the redaction is refused every query;
+    a query that would stop the server is refused and the server serves the next client."""
+    with connect_mode():
+        spark = open_session(f"{token_server.url}/;token={TOKEN}")
+        try:
+            answers = [
+                spark.conf.get(TOKEN_CONF),
+                *spark.conf.getAll.values(),
+                *(row["value"] for row in spark.sql(f"SET {TOKEN_CONF}").collect()),
+                *(row["value"] for row in spark.sql("SET").collect()),
+                *(row["value"] for row in spark.sql("SET -v").collect()),
+                *spark.sql(
+                    f"SELECT '${{sparkconf:{TOKEN_CONF}}}' AS v, '${{env:{TOKEN_VARIABLE}}}' AS w"
+                ).first(),
+            ]
+            assert spark.conf.get(TOKEN_CONF) == "*********(redacted)"
+            assert not [answer for answer in answers if answer and TOKEN in answer]
+            for sql in (
+                f"SELECT reflect('java.lang.System', 'getenv', '{TOKEN_VARIABLE}')",
+                f"SELECT reflect('java.lang.System', 'getProperty', '{TOKEN_CONF}')",
+                "SELECT java_method('java.lang.System', 'exit', 0)",
+            ):
+                with pytest.raises(AnalysisException, match="ODF_SQL_GUARD: reflection"):
+                    spark.sql(sql).collect()
+            spark.conf.set("spark.sql.legacy.setCommandRejectsSparkCoreConfs", "false")
+            spark.conf.set("spark.redaction.regex", "nothing-matches")  # allowed by Spark now
+            with pytest.raises(AnalysisException) as refused:
+                spark.sql(f"SET {TOKEN_CONF}").collect()
+            assert "ODF_SQL_GUARD: spark.sql.legacy.setCommandRejectsSparkCoreConfs was changed" in str(
+                refused.value
+            )
+        finally:
+            spark.stop()
+        spark = open_session(f"{token_server.url}/;token={TOKEN}")  # the server is still there
+        try:
+            assert spark.sql("SELECT 1 AS one").first()["one"] == 1
+        finally:
+            spark.stop()
 
 
 def test_a_server_with_a_token_refuses_clients_without_it(token_server: TokenServer, tmp_path: Path) -> None:

@@ -11,10 +11,15 @@ connections — whatever Spark's log level. Stopping sends SIGTERM to the server
 stops its context in its shutdown hook) and SIGKILL if it has not exited after `STOP_TIMEOUT`.
 
 A server with a token requires it of every client (Spark's pre-shared bearer token). The token goes to
-the server in its environment (`SPARK_CONNECT_AUTHENTICATE_TOKEN`, which only its owner can read), never
-on its command line, which `ps` shows to every user of the machine. S3 keys in its conf
-(`S3A_SECRET_KEYS`, `odf engine serve --s3a`) go in a properties file only its owner can read, removed
-when the server stops.
+the server as its conf `spark.connect.authenticate.token` in a properties file only its owner can read
+(mode 0600 in a 0700 folder), removed as soon as the server accepts connections: never on its command
+line, which `ps` shows to every user of the machine, and never in its environment, which a query could
+read (`reflect('java.lang.System', 'getenv', ...)`) and which no process can take back from a running
+JVM. In the server, Spark's redaction (`spark.redaction.regex`: names with "token") hides it from
+`SET`, the JVM guard's interceptor hides it from a client's `spark.conf.get`, and the guard refuses the
+reflection that reads the JVM's system properties, where spark-submit copies every conf
+(`airflow_odf.utils.jvm_guard`). S3 keys in its conf (`S3A_SECRET_KEYS`, `odf engine serve --s3a`) go
+in the same file.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from airflow_odf.odf.engine_client.fast_start import (
     spark_home,
 )
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.utils.jvm_guard import with_sql_guard
 from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 from airflow_odf.utils.spark_conf import ODF_SPARK_CONF
 
@@ -52,8 +58,10 @@ STOP_TIMEOUT = 30.0
 _WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 _PORT_IN_USE_SIGNS = ("BindException", "Address already in use")
 TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
-"""Where Spark's Connect server reads its token (after `spark.connect.authenticate.token`, which would
-put it on the command line), and where pyspark's client reads it when the URL has no `;token=`."""
+"""Where Spark's Connect server reads its token when its conf has none, and where pyspark's client reads
+it when the URL has no `;token=`: kept out of the server's environment (a query could read it there)."""
+TOKEN_CONF = "spark.connect.authenticate.token"
+"""The server's token as its conf, read from the properties file (`ConnectServer.start`)."""
 
 
 class ConnectServerError(OdfError):
@@ -132,8 +140,7 @@ class ConnectServer:
         """The `spark-submit` command line that runs the server; `secrets_file` holds the conf that must
         not be on it (read in addition to spark-defaults.conf)."""
         conf = {
-            **ODF_SPARK_CONF,
-            **self.conf,
+            **with_sql_guard({**ODF_SPARK_CONF, **self.conf}, connect_server=True),
             "spark.connect.grpc.binding.address": self.host or "0.0.0.0",
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.connect.grpc.port.maxRetries": "0",
@@ -153,17 +160,20 @@ class ConnectServer:
             self.port = free_port(self.host or "0.0.0.0")
         elif _port_in_use(self.host or "0.0.0.0", self.port):
             raise ConnectServerError(self._port_taken())
-        env = {key: value for key, value in os.environ.items() if key != TOKEN_VARIABLE}
-        if self.token:
-            env[TOKEN_VARIABLE] = self.token
+        env = {  # no variable that holds the token (`odf engine serve`'s $ODF_ENGINE_TOKEN, a URL with it)
+            key: value
+            for key, value in os.environ.items()
+            if key != TOKEN_VARIABLE and not (self.token and self.token in value)
+        }
         if is_local_master(self.master):  # executors elsewhere must reach a cluster driver: no loopback
             env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         jar = connect_jar(home)
         assert jar is not None  # checked by _check_installation
+        secrets = {**self._secrets, **({TOKEN_CONF: self.token} if self.token else {})}
         secrets_file = None
-        if self._secrets:
+        if secrets:
             self._secrets_dir = Path(tempfile.mkdtemp(prefix="odf-engine-serve-"))  # mode 0700
-            secrets_file = write_secret_properties(self._secrets_dir / "secrets.properties", self._secrets)
+            secrets_file = write_secret_properties(self._secrets_dir / "secrets.properties", secrets)
         self._process = subprocess.Popen(
             self.command(home, jar, secrets_file),
             stdin=subprocess.DEVNULL,
@@ -180,6 +190,7 @@ class ConnectServer:
         except BaseException:
             self.stop()
             raise
+        self._remove_secrets()  # read when the server started: no copy outlives its start
         return self.url
 
     def _check_installation(self) -> Path:
@@ -243,6 +254,12 @@ class ConnectServer:
         errors = [line for line in lines if "Exception" in line or "Error" in line]
         return (errors or lines or ["(no output)"])[-1].strip()
 
+    def _remove_secrets(self) -> None:
+        """Removes the properties file of the token and S3 keys (spark-submit reads it as it starts)."""
+        if self._secrets_dir is not None:
+            shutil.rmtree(self._secrets_dir, ignore_errors=True)
+            self._secrets_dir = None
+
     def exit_code(self) -> int | None:
         """The server process's exit code, or None while it runs (or before it started)."""
         return None if self._process is None else self._process.poll()
@@ -250,9 +267,7 @@ class ConnectServer:
     def stop(self) -> None:
         """Stops the server and its JVM: SIGTERM to its process group, SIGKILL after `STOP_TIMEOUT`."""
         process, self._process = self._process, None
-        if self._secrets_dir is not None:  # read by the server when it started
-            shutil.rmtree(self._secrets_dir, ignore_errors=True)
-            self._secrets_dir = None
+        self._remove_secrets()
         if process is None or process.poll() is not None:
             return
         try:

@@ -29,6 +29,7 @@ from airflow_odf.utils.engine_deadline import (
     resolve_engine_timeout,
     timeout_error,
 )
+from airflow_odf.utils.jvm_guard import with_sql_guard
 from airflow_odf.utils.parent_death import parent_death_preexec
 from airflow_odf.utils.s3a import split_secrets, write_secret_properties
 from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL
@@ -130,7 +131,8 @@ class SparkSubmitRunner:
         """The command line of one job answering each (request, response) pair in turn; `secrets_file`
         holds the conf that must not be on it (read in addition to spark-defaults.conf)."""
         cmd = [self.spark_submit, "--master", self.master, "--name", "airflow-odf-ingest"]
-        for key, value in {"spark.ui.enabled": "false", **(self.conf if conf is None else conf)}.items():
+        job_conf = with_sql_guard({"spark.ui.enabled": "false", **(self.conf if conf is None else conf)})
+        for key, value in job_conf.items():
             cmd += ["--conf", f"{key}={value}"]
         if secrets_file is not None:
             cmd += ["--properties-file", str(secrets_file), "--load-spark-defaults"]
