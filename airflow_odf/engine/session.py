@@ -42,14 +42,15 @@ def get_session(master: str | None = None, extra_conf: dict[str, str] | None = N
 
     The S3 keys of `extra_conf` (`S3A_SECRET_KEYS`) are not given to the builder, which would put them
     on the JVM's command line: like every `spark.hadoop.*` option, they are set on the running session's
-    Hadoop configuration (so a reused session gets them too; tasks receive it with their work). The JVM
-    guard (`with_sql_guard`) is added when its jar is built: it loads only with a new JVM, so spark-submit's
-    runners pass it too."""
+    Hadoop configuration (so a reused session gets them too; tasks receive it with their work). A session
+    with a `master` gets the JVM guard (`with_sql_guard`, when its jar is built); under spark-submit
+    (`master=None`) the runner's command gave it, as a jar loads only when the JVM starts."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName("airflow-odf")
     if master:
         builder = builder.master(master)
-    conf, _ = split_secrets(with_sql_guard({**ODF_SPARK_CONF, **(extra_conf or {})}))
+    conf = {**ODF_SPARK_CONF, **(extra_conf or {})}
+    conf, _ = split_secrets(with_sql_guard(conf) if master else conf)
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
