@@ -25,6 +25,7 @@ from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import read_manifests
+from airflow_odf.odf.format.sql_policy import require_snapshots_sql_allowed
 from airflow_odf.odf.repo.snapshot_order import dependency_order
 from airflow_odf.operators.ingest import OdfIngestOperator
 from airflow_odf.operators.manifest import OdfApplyManifestOperator
@@ -75,10 +76,11 @@ def _read_snapshots(files: Iterable[Path]) -> list[tuple[model.DatasetSnapshot, 
     found: list[tuple[model.DatasetSnapshot, Path]] = []
     for f in files:
         try:
-            manifests = read_manifests(f)
+            snapshots = [m.content for m in read_manifests(f) if m.kind == "DatasetSnapshot"]
+            require_snapshots_sql_allowed(snapshots, str(f))
         except OdfError as e:
             raise DagFactoryError(str(e)) from e
-        found += [(m.content, f) for m in manifests if m.kind == "DatasetSnapshot"]
+        found += [(snapshot, f) for snapshot in snapshots]
     return found
 
 

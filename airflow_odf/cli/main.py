@@ -46,6 +46,7 @@ from airflow_odf.odf.format.manifests import (
     read_single,
 )
 from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.format.sql_policy import snapshot_sql_problems
 from airflow_odf.odf.limits import MAX_BLOCK_BYTES_ENV, max_block_bytes
 from airflow_odf.odf.repo.operation_folders import collect_operations
 from airflow_odf.odf.repo.repository import ListedDataset, Repository, RepositoryError
@@ -115,7 +116,13 @@ def cmd_snapshot_validate(args: argparse.Namespace) -> None:
         manifests, problems = _read_snapshot_manifests(path)
         lines += problems
         for m in manifests:
-            if m.kind == "DatasetSnapshot" and not args.quiet:
+            refused = (
+                [f"{path}: {p}" for p in snapshot_sql_problems(m.content)]
+                if m.kind == "DatasetSnapshot"
+                else []
+            )
+            lines += refused
+            if m.kind == "DatasetSnapshot" and not refused and not args.quiet:
                 print(
                     f"{path}: ok ({m.content.name}, {m.content.kind.name.capitalize()}, "
                     f"{len(m.content.metadata)} events)"

@@ -20,6 +20,7 @@ from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.session import is_connect
 from airflow_odf.engine.spark_errors import spark_error_summary
 from airflow_odf.engine.spark_types import quote_identifier
+from airflow_odf.utils.sql_policy import StepRefused, check_steps
 
 INPUT_VIEW = "input"
 # Merge strategies whose input must not carry the operation-type column (the others take it from the data).
@@ -44,10 +45,15 @@ def run_sql(
 ) -> DataFrame:
     """Runs SQL `steps` in order over the named `views` (names with dots work); the last is the result.
 
-    Aliased steps become views for the later steps. A failing step is named by its index and alias.
+    Aliased steps become views for the later steps. The SQL policy checks every step before the first
+    runs, whatever the client checked. A failing step is named by its index and alias.
     """
     if not steps:
         raise EngineInputError("sql", f"{what} has no queries")
+    try:
+        check_steps([(step["query"], step.get("alias")) for step in steps], list(views))
+    except StepRefused as e:
+        raise EngineInputError("sql-policy", f"{what} {e}") from None
     for name, frame in views.items():
         frame.createOrReplaceTempView(quote_identifier(name))
     created = list(views)

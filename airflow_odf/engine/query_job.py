@@ -1,18 +1,16 @@
 """The query job: read-only Spark SQL over datasets (`odf sql`, `odf export`; docs/sql.md).
 
 Each table of the request is a temporary view over its Parquet slice files, read with the dataset's
-schema (a column added later reads as null in older slices); the views are dropped at the end. Only
-queries run: the statement must begin with SELECT, WITH, VALUES, TABLE, FROM or `(` (comments aside),
-and one beginning with WITH or FROM — the two that may also lead an INSERT — must parse as a subquery
-too. Spark runs any other statement as soon as it is parsed, so this is checked before anything runs.
-The result is written as Parquet, CSV or JSON lines into the request's `out_dir`, nowhere else.
+schema (a column added later reads as null in older slices); the views are dropped at the end. Only a
+query over the request's tables runs: the SQL policy (`airflow_odf/utils/sql_policy`) checks the statement
+before any view is made, whatever the client checked. The result is written as Parquet, CSV or JSON lines
+into the request's `out_dir`, nowhere else.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-import re
 from typing import Any
 
 import pyarrow as pa
@@ -24,11 +22,8 @@ from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.spark_errors import spark_error_condition, spark_error_summary
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
+from airflow_odf.utils.sql_policy import SqlRefused, check_query
 
-QUERY_KEYWORDS = ("SELECT", "WITH", "VALUES", "TABLE", "FROM")
-_MAY_LEAD_AN_INSERT = ("WITH", "FROM")
-_LEADING_NOISE = re.compile(r"(\s+|--[^\n]*(\n|$)|/\*.*?\*/|\()*", re.DOTALL)
-_FIRST_WORD = re.compile(r"[A-Za-z_]+")
 _RESULT_DIR = "result"
 # a name that is no table of the request (unquoted dots read as catalog and namespace)
 _UNKNOWN_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "REQUIRES_SINGLE_PART_NAMESPACE", "SCHEMA_NOT_FOUND")
@@ -38,30 +33,19 @@ def query(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Runs one query request; raises EngineInputError on a statement that is not a query, an unknown
     table or a failing query."""
     sql = request["sql"]
-    keyword = first_keyword(sql)
-    if keyword not in QUERY_KEYWORDS:
-        shown = f"begins with {keyword}" if keyword else "is empty"
-        raise EngineInputError(
-            "not-a-query", f"only queries run here (SELECT, WITH, VALUES, TABLE, FROM): the statement {shown}"
-        )
     views = [table["name"] for table in request["tables"]]
+    try:
+        check_query(sql, views)
+    except SqlRefused as e:
+        raise EngineInputError("sql-policy", f"the query: {e}") from None
     for table in request["tables"]:
         _table_frame(spark, table).createOrReplaceTempView(quote_identifier(table["name"]))
     try:
-        if keyword in _MAY_LEAD_AN_INSERT:
-            _require_query(spark, sql)
         result = _sql(spark, sql)
         return _written(result, request)
     finally:
         for view in views:
             spark.catalog.dropTempView(quote_identifier(view))
-
-
-def first_keyword(sql: str) -> str:
-    """The statement's first word in upper case, after comments, blanks and opening parentheses."""
-    noise = _LEADING_NOISE.match(sql)
-    word = _FIRST_WORD.match(sql, noise.end() if noise else 0)
-    return word.group(0).upper() if word else ""
 
 
 def _table_frame(spark: SparkSession, table: dict[str, Any]) -> DataFrame:
@@ -75,18 +59,6 @@ def _table_frame(spark: SparkSession, table: dict[str, Any]) -> DataFrame:
     if not paths:
         return spark.createDataFrame([], struct)
     return spark.read.schema(struct).parquet(*paths)
-
-
-def _require_query(spark: SparkSession, sql: str) -> None:
-    """A statement that parses as a subquery is a query (`WITH ... INSERT` or `FROM t INSERT` do not)."""
-    try:
-        spark.sql(f"SELECT * FROM (\n{sql}\n) AS odf_query").schema  # noqa: B018  (analyzed on Connect too)
-    except (PySparkException, Py4JJavaError) as e:
-        if spark_error_condition(e) == "PARSE_SYNTAX_ERROR":
-            raise EngineInputError(
-                "not-a-query", "only queries run here: this WITH or FROM statement is not a single query"
-            ) from None
-        raise _query_error(e) from None
 
 
 def _sql(spark: SparkSession, sql: str) -> DataFrame:

@@ -30,6 +30,7 @@ from airflow_odf.odf.engine_client.contract import (
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
+from airflow_odf.odf.format.sql_policy import SqlPolicyError, sql_refusal, steps_of
 from airflow_odf.odf.hashing.parquet_hashes import (
     HashedParts,
     KnownColumn,
@@ -114,11 +115,13 @@ def read_schema_text(read: Any, alias: str) -> str | None:
     return None
 
 
-def sql_steps(sql: model.TransformSql) -> list[SqlStep]:
-    """The SQL steps of a preprocess or transform, in the engine contract's form."""
-    if sql.queries:
-        return [SqlStep(q.query, q.alias) for q in sql.queries]
-    return [SqlStep(sql.query or "")]
+def sql_steps(sql: model.TransformSql, inputs: list[str], dataset: str, what: str) -> list[SqlStep]:
+    """The SQL steps of a `what` (transform, preprocess) of `dataset`, in the engine contract's form, once
+    the SQL policy accepts them over `inputs`; SqlPolicyError naming the dataset and the step if not."""
+    refusal = sql_refusal(sql, inputs, what)
+    if refusal is not None:
+        raise SqlPolicyError(f"{dataset}: {refusal}")
+    return [SqlStep(query, alias) for query, alias in steps_of(sql)]
 
 
 def local_object(dataset: Dataset, key: str, op_dir: Path) -> str:

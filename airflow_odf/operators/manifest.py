@@ -18,6 +18,7 @@ from airflow.sdk import Context
 from airflow_odf.odf.chain.reconcile import Reconciliation
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import read_manifests
+from airflow_odf.odf.format.sql_policy import require_snapshots_sql_allowed
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.repo.snapshot_order import dependency_order
 from airflow_odf.odf.transform.evolution import check_transform_change
@@ -51,9 +52,11 @@ class OdfApplyManifestOperator(OdfBaseOperator):
             files += sorted(p.glob("*.yaml")) + sorted(p.glob("*.yml")) if p.is_dir() else [p]
         found: list[model.DatasetSnapshot] = []
         for f in files:
-            found += [
+            snapshots = [
                 m.content for m in self.call(lambda f=f: read_manifests(f)) if m.kind == "DatasetSnapshot"
             ]
+            self.call(lambda f=f, snapshots=snapshots: require_snapshots_sql_allowed(snapshots, str(f)))
+            found += snapshots
         return dependency_order(found)
 
     def execute(self, context: Context) -> list[dict[str, Any]]:

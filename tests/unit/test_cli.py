@@ -21,7 +21,7 @@ from airflow_odf.odf.format.flatbuffers_codec import decode_block, encode_block,
 from airflow_odf.odf.format.manifests import load_manifests, manifest_to_plain, read_single
 from airflow_odf.odf.format.timestamps import Timestamp
 from tests.paths import CONFORMANCE_BLOCKS as BLOCKS
-from tests.paths import UPSTREAM, needs_upstream, upstream_manifests
+from tests.paths import SQL_REFUSED_UPSTREAM, UPSTREAM, needs_upstream, upstream_manifests
 
 ODF = Path(sys.executable).parent / "odf"
 
@@ -287,17 +287,34 @@ def test_usage_errors_exit_2():
 def test_all_upstream_manifests_validate():
     files = upstream_manifests()
     assert len(files) >= 20
-    proc = odf("snapshot", "validate", *files)
-    assert proc.stderr == ""
+    proc = odf("snapshot", "validate", *files, check=2)
+    refused = {
+        p: SQL_REFUSED_UPSTREAM[str(p.relative_to(UPSTREAM))]
+        for p in files
+        if str(p.relative_to(UPSTREAM)) in SQL_REFUSED_UPSTREAM
+    }
+    assert len(refused) == len(SQL_REFUSED_UPSTREAM) == 4
+    assert sorted(proc.stderr.splitlines()) == sorted(
+        f"{p}: content.metadata[0].{'preprocess' if reason.startswith('preprocess') else 'transform'}: "
+        f"dataset '{name}': {reason}, and this provider runs SQL on Spark"
+        for p, (name, reason) in refused.items()
+    )
     lines = proc.stdout.splitlines()
-    assert len(lines) == len(files)
-    for path, line in zip(files, lines, strict=True):
+    ok_files = [p for p in files if p not in refused]
+    assert len(lines) == len(ok_files)
+    for path, line in zip(ok_files, lines, strict=True):
         assert line.startswith(f"{path}: ok (")
 
 
 @needs_upstream
 @pytest.mark.parametrize("path", upstream_manifests(), ids=lambda p: str(p.relative_to(UPSTREAM)))
 def test_each_upstream_manifest_validates_quietly(path: Path):
+    refused = SQL_REFUSED_UPSTREAM.get(str(path.relative_to(UPSTREAM)))
+    if refused is not None:
+        proc = odf("snapshot", "validate", "--quiet", path, check=2)
+        assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1
+        assert f"dataset '{refused[0]}': {refused[1]}" in proc.stderr
+        return
     proc = odf("snapshot", "validate", "--quiet", path)
     assert proc.stdout == proc.stderr == ""
 

@@ -11,7 +11,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_odf.engine.query_job import first_keyword
 from airflow_odf.odf.chain.data_access import BlockNotInChainError, slices_as_of
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.format import model
@@ -103,27 +102,37 @@ def test_a_table_is_its_slices_up_to_a_block(
         query_tables(repo, "SELECT 1", tmp_path / "op", {"com.example.t": "zz"})
 
 
-def test_names_are_found_as_words_in_every_spelling() -> None:
+def test_names_are_the_relations_the_query_reads_in_every_spelling() -> None:
     names = ["com.example.t", "t", "acme", "acme-2"]
     sql = "SELECT t.x FROM `com.example.t` t JOIN ACME a ON a.t = t.x JOIN acme USING (k) WHERE s = 'acme-2x'"
-    # the alias `t` reads as dataset t too: one view too many, harmless (a CTE or alias shadows it)
-    assert names_in(sql, names) == {"com.example.t": ["com.example.t"], "t": ["t"], "acme": ["ACME", "acme"]}
-    assert names_in("SELECT * FROM com.example.tt, acme-2", names) == {"acme-2": ["acme-2"]}
+    # from the parse: the alias `t`, the column `a.t` and the string 'acme-2x' are no relations
+    assert names_in(sql, names) == {"com.example.t": ["com.example.t"], "acme": ["ACME", "acme"]}
+    with_cte = "WITH t AS (SELECT * FROM `acme-2`) SELECT * FROM t"
+    assert names_in(with_cte, names) == {"acme-2": ["acme-2"]}
 
 
 @pytest.mark.parametrize(
-    ("sql", "keyword"),
+    ("sql", "message"),
     [
-        ("select 1", "SELECT"),
-        ("  -- note\n /* block\n comment */ ((with a as (select 1) select * from a))", "WITH"),
-        ("VALUES (1)", "VALUES"),
-        ("\n\tDROP TABLE x", "DROP"),
-        ("-- only a comment", ""),
-        ("", ""),
+        (
+            "SELECT * FROM com.example.tt",
+            r"relation com\.example\.tt at line 1, column 15 is refused: it reads a path",
+        ),
+        (
+            "SELECT * FROM nothing",
+            r"relation nothing at line 1, column 15 is no dataset here; the datasets: t",
+        ),
+        (
+            "\n\tDROP TABLE x",
+            r"the query: statement DROP at line 2, column 2 is refused: only a query runs here",
+        ),
+        ("SELECT reflect('java.lang.System', 'getenv', 'HOME')", r"function reflect at line 1, column 8"),
+        ("", r"the query: the text is refused: it holds no statement"),
     ],
 )
-def test_the_first_keyword(sql: str, keyword: str) -> None:
-    assert first_keyword(sql) == keyword
+def test_a_statement_is_refused_before_any_table_is_made(sql: str, message: str) -> None:
+    with pytest.raises(QueryError, match=message):
+        names_in(sql, ["t"])
 
 
 def test_outputs_are_placed_whole_and_never_over_the_repository(tmp_path: Path) -> None:

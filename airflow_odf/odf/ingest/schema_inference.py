@@ -30,6 +30,7 @@ from airflow_odf.odf.engine_client.contract import (
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import union_to_plain
+from airflow_odf.odf.format.sql_policy import PREPROCESS_INPUT
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
 from airflow_odf.odf.ingest.prepare import prepare
@@ -124,7 +125,11 @@ def infer_schema(
             out_dir=str(op_dir / "out"),
             vocab=Vocab.of(state.vocab),
             read_schema=read_schema_text(source.read, alias),
-            preprocess=None if source.preprocess is None else sql_steps(source.preprocess),
+            preprocess=(
+                None
+                if source.preprocess is None
+                else sql_steps(source.preprocess, [PREPROCESS_INPUT], alias, "preprocess")
+            ),
         )
         response = InferResponse.from_json(runner.run(request.to_json(), op_dir))
     if response.error is not None:

@@ -1,13 +1,14 @@
 """Which slice files make each table of a query: a dataset's slices from its summary, as of a block.
 
-A dataset's slices come from the slice index of its state (the summary): no chain walk for a query of
-the current data. As of a block, the chain is walked back from the head only as far as that block
-(`slices_as_of`). Nothing is written: a stale summary is read, folded in memory and left as it is.
+The tables are the relations the SQL policy finds in the statement (`airflow_odf/utils/sql_policy`): the
+same parse that refuses what is not a query over datasets. A dataset's slices come from the slice index
+of its state (the summary): no chain walk for a query of the current data. As of a block, the chain is
+walked back from the head only as far as that block (`slices_as_of`). Nothing is written: a stale
+summary is read, folded in memory and left as it is.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from airflow_odf.odf.operation import local_object
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
 from airflow_odf.odf.schema.evolution import odf_schema
+from airflow_odf.utils.sql_policy import SqlRefused, check_query
 
 
 class QueryError(OdfError):
@@ -32,18 +34,25 @@ def dataset_names(repo: Repository) -> list[str]:
 
 
 def names_in(sql: str, names: list[str]) -> dict[str, list[str]]:
-    """Dataset name -> its spellings in the SQL text as a word (bare or in backticks, any case): Spark
-    compares names case-sensitively here, so each spelling becomes a view.
-
-    No parse: a name in a string literal or a column named like a dataset registers one view too many,
-    which costs little; a table that is no dataset is reported by Spark (`unknown-table`)."""
-    found: dict[str, list[str]] = {}
-    for name in names:
-        pattern = rf"(?<![\w.$-]){re.escape(name)}(?![\w.$-])"
-        spellings = sorted(set(re.findall(pattern, sql, flags=re.IGNORECASE)))
-        if spellings:
-            found[name] = spellings
-    return found
+    """Dataset name -> its spellings among the relations the query reads (any case: Spark matches a view
+    as spelled, so each spelling becomes a view), once the SQL policy accepts the statement; QueryError
+    for a refused statement or a relation that is no dataset of `names`."""
+    try:
+        reads = check_query(sql, None)
+    except SqlRefused as e:
+        raise QueryError(f"the query: {e}") from None
+    by_lower = {name.lower(): name for name in names}
+    found: dict[str, set[str]] = {}
+    for read in reads:
+        name = by_lower.get(read.name.lower())
+        if name is None:
+            raise QueryError(
+                f"relation {read.name} at line {read.line}, column {read.column} is no dataset here; the "
+                f"datasets: {', '.join(names) or 'none'} (quote names with dots in backticks: SELECT * FROM "
+                "`com.example.trades`)"
+            )
+        found.setdefault(name, set()).add(read.name)
+    return {name: sorted(spellings) for name, spellings in found.items()}
 
 
 def parse_block(name: str, text: str) -> Multihash:

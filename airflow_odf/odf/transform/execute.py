@@ -32,6 +32,7 @@ from airflow_odf.odf.engine_client.contract import (
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId, Multihash
+from airflow_odf.odf.format.sql_policy import transform_inputs
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.hashing.hash_ahead import HashAhead
 from airflow_odf.odf.operation import (
@@ -279,7 +280,7 @@ def run_engine(
         dataset_alias=name,
         system_time=system_time.isoformat(),
         next_offset=_next_offset(state),
-        queries=sql_steps(state.transform.transform),
+        queries=sql_steps(state.transform.transform, transform_inputs(state.transform), name, "transform"),
         inputs=[request_input(repo, planned, op_dir) for planned in batch.inputs],
         out_dir=engine_out_dir(staging, op_dir),
         parts_ready_dir=None if staging is not None else str(_parts_ready_dir(op_dir)),

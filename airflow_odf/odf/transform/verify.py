@@ -21,6 +21,7 @@ from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.format.sql_policy import event_sql_refusal
 from airflow_odf.odf.operation import operation_dir
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.transform.execute import execute_batch
@@ -44,6 +45,13 @@ class ReproducibilityProblem:
             f"block {self.sequence_number} ({self.block_hash}): {self.field} is not reproducible: "
             f"recorded {self.recorded}, replay gives {self.replayed}"
         )
+
+
+class NotReplayable(ReproducibilityProblem):
+    """An ExecuteTransform that is not replayed, as its SQL is refused (`recorded`: why)."""
+
+    def __str__(self) -> str:
+        return f"block {self.sequence_number} ({self.block_hash}): not replayable: {self.recorded}"
 
 
 def _show(value: Any) -> str:
@@ -81,8 +89,12 @@ def verify_reproducibility(
     """
     if blocks is None:
         blocks = list(reversed(list(repo.dataset(name).iter_blocks())))
+    start = since if since is not None else ChainState()
+    refused = _not_replayable(start, blocks)
+    if refused:
+        return refused
     schemas = InputSchemas(repo)
-    state = since if since is not None else ChainState()
+    state = start
     problems: list[ReproducibilityProblem] = []
     for h, block in blocks:
         event = block.event
@@ -91,6 +103,20 @@ def verify_reproducibility(
             log(f"{name}: block {block.sequence_number} replayed")
         state = apply_block(state, block, h)
     return problems
+
+
+def _not_replayable(
+    state: ChainState, blocks: Sequence[tuple[Multihash, model.MetadataBlock]]
+) -> list[ReproducibilityProblem]:
+    """The first ExecuteTransform whose SetTransform the SQL policy refuses, before anything runs: a
+    peer's chain is replayed only when all of its SQL is a query over its inputs."""
+    for h, block in blocks:
+        if isinstance(block.event, model.ExecuteTransform) and state.transform is not None:
+            refusal = event_sql_refusal(state.transform)
+            if refusal is not None:
+                return [NotReplayable(h, block.sequence_number, "sql policy", refusal, "nothing executed")]
+        state = apply_block(state, block, h)
+    return []
 
 
 def _replay(
