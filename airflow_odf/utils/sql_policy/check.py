@@ -149,7 +149,8 @@ def _checked(sql: str, allowed: frozenset[str] | None) -> tuple[TableRead, ...]:
     _refuse_called_names(sql, tokens)
     tree, shift = _parse(sql, tokens)
     first = tokens[0].start if tokens else None
-    return tuple(_Walk(sql, shift, first, allowed).reads(tree))
+    reads = _Walk(sql, shift, first, allowed).reads(tree)
+    return tuple(sorted(reads, key=lambda read: (read.line, read.column)))
 
 
 def _position(sql: str, offset: int) -> tuple[int, int]:
@@ -233,7 +234,8 @@ class _Walk:
     def reads(self, tree: exp.Expression) -> Iterator[TableRead]:
         if not isinstance(tree, _QUERY_ROOTS) or isinstance(tree, _STATEMENTS):
             raise self.refused(tree, f"statement {_kind(tree)}", "only a query runs here")
-        for node in tree.walk():
+        # a hint (/*+ BROADCAST(t) */) names aliases to plan with and reads nothing
+        for node in tree.walk(prune=lambda n: isinstance(n, exp.Hint)):
             if isinstance(node, _STATEMENTS):
                 raise self.refused(node, f"statement {_kind(node)}", "only a query runs here")
             if isinstance(node, exp.QueryTransform):
