@@ -165,6 +165,45 @@ def test_an_invalid_manifest_is_an_error_naming_the_file(tmp_path: Path) -> None
     assert str(err.value).startswith(f"{bad}: ") and "kind" in str(err.value)
 
 
+def test_sql_the_policy_refuses_is_an_import_error_naming_manifest_step_and_construct(tmp_path: Path) -> None:
+    _polling_root(tmp_path, "org.a")
+    path = _derivative(tmp_path, "org.leak", ["org.a"])
+    manifest = yaml.safe_load(path.read_text())
+    manifest["content"]["metadata"][0]["transform"]["query"] = (
+        "SELECT in0.*, reflect('java.lang.System', 'getenv', 'AWS_SECRET_ACCESS_KEY') AS s FROM in0"
+    )
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    with pytest.raises(DagFactoryError) as err:
+        build_dag(tmp_path, dag_id="leak")
+    assert str(err.value) == (
+        f"{path}: content.metadata[0].transform: dataset 'org.leak': transform step 1 of 1: function reflect "
+        "at line 1, column 15 is refused: it calls any Java method (the environment, files, System.exit)"
+    )
+
+
+def test_apply_manifest_refuses_every_manifest_before_adding_any(tmp_path: Path) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    _polling_root(tmp_path, "org.a")
+    path = _polling_root(tmp_path, "org.b")
+    manifest = yaml.safe_load(path.read_text())
+    manifest["content"]["metadata"][0]["preprocess"] = {
+        "kind": "Sql",
+        "engine": "spark",
+        "queries": [
+            {"alias": "x", "query": "SELECT * FROM input"},
+            {"query": "SELECT * FROM csv.`/etc/passwd`"},
+        ],
+    }
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    operator = OdfApplyManifestOperator(task_id="apply", manifests=str(tmp_path))
+    with pytest.raises(AirflowFailException) as err:
+        operator.snapshots()  # execute reads them all before the first is added
+    assert "dataset 'org.b': preprocess step 2 of 2: relation csv.`/etc/passwd` at line 1, column 15" in str(
+        err.value
+    )
+
+
 def test_a_folder_without_manifests_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(DagFactoryError, match="no DatasetSnapshot manifest"):
         build_dag(tmp_path, dag_id="empty")
