@@ -29,7 +29,13 @@ from airflow_odf.odf.chain.dataset import (
     StagedObject,
     fold,
 )
-from airflow_odf.odf.chain.integrity import collect_garbage, reachable_keys, verify_integrity
+from airflow_odf.odf.chain.in_flight import INTENT_LEASE_SECONDS, INTENTS_PREFIX
+from airflow_odf.odf.chain.integrity import (
+    TEMPORARY_GRACE_SECONDS,
+    collect_garbage,
+    reachable_keys,
+    verify_integrity,
+)
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.chain.summary import SUMMARY_KEY, state_to_json
 from airflow_odf.odf.errors import ChainRuleError
@@ -604,6 +610,9 @@ def test_crash_before_the_head_moves_leaves_the_old_head(
     assert dataset.head() == old_state.head
     assert (root / "refs" / "head").read_bytes() == str(old_state.head).encode()
     leftovers = {k for k in snapshot_tree(root) if k not in old_tree}
+    declarations = {k for k in leftovers if k.startswith(f"{INTENTS_PREFIX}/")}
+    assert len(declarations) == 1  # the dead commit's: what it names is kept until it expires
+    leftovers -= declarations
     assert f"data/{ph}" in leftovers
     assert len([k for k in leftovers if k.startswith("blocks/")]) == new_blocks
     assert leftovers <= {f"data/{ph}"} | {f"blocks/{n}" for n in files(root, "blocks")}
@@ -616,6 +625,8 @@ def test_crash_before_the_head_moves_leaves_the_old_head(
     assert result.state.last_offset is None and result.state.num_records == 0
     assert verify_integrity(dataset) == []
 
+    assert collect_garbage(dataset, min_age_seconds=0) == []
+    expire_declarations(root)
     removed = collect_garbage(dataset, min_age_seconds=0)
     assert set(removed) == leftovers
     assert set(snapshot_tree(root)) == set(old_tree) | {f"blocks/{result.new_head}"}
@@ -656,7 +667,21 @@ def test_gc_removes_temp_files_of_a_killed_commit(ds: Dataset, root: Path, tmp_p
     assert len(temp) == 1 and temp[0].read_bytes() == src.read_bytes()
     assert verify_integrity(dataset) == []
     collect_garbage(dataset, min_age_seconds=0)
+    assert temp[0].exists()  # young: the write may be in progress, whatever the minimum age
+    old = time.time() - TEMPORARY_GRACE_SECONDS - 1
+    os.utime(temp[0], (old, old))
+    collect_garbage(dataset, min_age_seconds=0)
+    assert temp[0].exists()  # its commit's declaration is young: the commit may still be writing it
+    expire_declarations(root)
+    collect_garbage(dataset, min_age_seconds=0)
     assert not temp[0].exists()
+
+
+def expire_declarations(root: Path) -> None:
+    """Ages the declarations of dead commits past their lease, as time would, so that gc takes them."""
+    for path in (root / INTENTS_PREFIX).iterdir():
+        record = json.loads(path.read_bytes())
+        path.write_text(json.dumps({**record, "written": time.time() - INTENT_LEASE_SECONDS - 1}))
 
 
 # --------------------------------------------------------------------------------------------------

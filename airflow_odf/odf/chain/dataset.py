@@ -3,7 +3,9 @@
 Layout (spec "Dataset Layout"): `blocks/<hash>`, `refs/head` (no trailing newline), `data/<physical
 hash>`, `checkpoints/<physical hash>`, `info/`. A commit writes objects first, then blocks, then moves
 `refs/head` by compare-and-swap — a crash at any step leaves the old head, and of two racing writers
-exactly one moves the head; the other gets `ConflictError` and nothing of its commit is visible.
+exactly one moves the head; the other gets `ConflictError` and nothing of its commit is visible. A commit
+declares the keys it will reference before it stores any (`chain/in_flight.py`), so that `odf gc` never
+deletes an object, even an old one it re-uses, between its object step and its head move.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_odf.odf.chain.in_flight import Intent, declaring
 from airflow_odf.odf.chain.rules import ChainState, apply_block
 from airflow_odf.odf.chain.summary import MAX_SUMMARY_BYTES, SUMMARY_KEY, state_from_json, state_to_json
 from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, ManifestError, OdfError
@@ -227,20 +230,33 @@ class Dataset:
             blocks.append((h, data))
         if not blocks and onto is None:
             return CommitResult(state.head, state.head, [], state)
-        self._store_objects(objects)
-        for h, data in blocks:
-            self.store.put(block_key(h), data)
-        self._move_head(state.head, new_state.head)
+        block_bytes = {block_key(h): data for h, data in blocks}
+        keys = [*(obj.key for obj in objects), *block_bytes]
+        sources = [obj.source_key for obj in objects if obj.source_key is not None]
+        with declaring(self.store, [*keys, *sources]) as intent:
+            for obj in objects:
+                if not self.store.exists(obj.key):  # re-used objects are not stored twice
+                    self._store_object(obj)
+            for key, data in block_bytes.items():
+                self.store.put(key, data)
+            intent.settle(keys, lambda missing: self._restore(missing, objects, block_bytes))
+            self._move_head(state.head, new_state.head)
         self._write_summary(new_state)
         return CommitResult(state.head, new_state.head, [h for h, _ in blocks], new_state)
 
     def append_block_bytes(
-        self, blocks: Sequence[bytes], *, expected_head: ExpectedHead, replace: bool = False
+        self,
+        blocks: Sequence[bytes],
+        *,
+        expected_head: ExpectedHead,
+        replace: bool = False,
+        intent: Intent | None = None,
     ) -> CommitResult:
         """Appends blocks received verbatim (e.g. pulled): hashed, decoded and validated, never re-encoded.
 
         `replace`: the blocks are a whole chain from its Seed that takes the place of the current one
-        (a forced sync over a diverged history), validated from scratch.
+        (a forced sync over a diverged history), validated from scratch. `intent`: the declaration the
+        caller made for these blocks and their objects (see `declaring`), else one is made here.
         """
         state = self.state()
         expected_head = _expected(expected_head)
@@ -252,22 +268,38 @@ class Dataset:
             h = block_hash(data)
             new_state = apply_block(new_state, decode_block(data), h)
             hashes.append(h)
-        self.store.put_many([(block_key(h), data) for h, data in zip(hashes, blocks, strict=True)])
-        if hashes:
+        if not hashes:
+            return CommitResult(state.head, new_state.head, hashes, new_state)
+        by_key = {block_key(h): data for h, data in zip(hashes, blocks, strict=True)}
+        declared = contextlib.nullcontext(intent) if intent is not None else declaring(self.store, by_key)
+        with declared as current:
+            self.store.put_many(list(by_key.items()))
+            current.settle(by_key, lambda missing: self.store.put_many([(k, by_key[k]) for k in missing]))
             self._move_head(state.head, new_state.head)
-            self._write_summary(new_state)
+        self._write_summary(new_state)
         return CommitResult(state.head, new_state.head, hashes, new_state)
 
-    def _store_objects(self, objects: Sequence[StagedObject]) -> None:
-        for obj in objects:
-            if self.store.exists(obj.key):
+    def _store_object(self, obj: StagedObject) -> None:
+        if obj.source_key is not None:
+            self.store.copy(obj.source_key, obj.key)
+        elif obj.path is not None:
+            self.store.put_file(obj.key, obj.path, move=obj.move)
+        else:
+            raise ValueError(f"staged object {obj.key} has neither a local file nor a source key")
+
+    def _restore(self, missing: list[str], objects: Sequence[StagedObject], blocks: dict[str, bytes]) -> None:
+        """Stores again what a collection that missed this commit's declaration deleted: only objects
+        that existed before the commit can be (the collection listed them first), and those the commit
+        did not store, so their staged files are still there."""
+        by_key = {obj.key: obj for obj in objects}
+        for key in missing:
+            if key in blocks:
+                self.store.put(key, blocks[key])
                 continue
-            if obj.source_key is not None:
-                self.store.copy(obj.source_key, obj.key)
-            elif obj.path is not None:
-                self.store.put_file(obj.key, obj.path, move=obj.move)
-            else:
-                raise ValueError(f"staged object {obj.key} has neither a local file nor a source key")
+            obj = by_key[key]
+            if obj.source_key is None and (obj.path is None or not obj.path.exists()):
+                raise OdfError(f"{key} was deleted by a concurrent `odf gc` and its staged file is gone")
+            self._store_object(obj)
 
     def _move_head(self, old: Multihash | None, new: Multihash | None) -> None:
         """CAS against the ref's exact stored bytes (another tool may have written it with a newline)."""

@@ -16,8 +16,10 @@ import os
 import stat
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from airflow_odf.odf.chain.dataset import HEAD_REF, STAGING_PREFIX, Dataset, block_key
+from airflow_odf.odf.chain.in_flight import collecting, declared_keys
 from airflow_odf.odf.chain.rules import ChainState, apply_block
 from airflow_odf.odf.chain.summary import SUMMARY_KEY, state_to_json
 from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, OdfError
@@ -26,6 +28,9 @@ from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block
 from airflow_odf.odf.format.multiformats import Multihash
 
 _CHUNK = 1 << 20
+#: A temporary file younger than this may be a write in progress (a ref, a name, a record), whatever
+#: `--min-age`; a commit's big uploads are covered by its declaration instead.
+TEMPORARY_GRACE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -190,9 +195,10 @@ def _compare_summary(dataset: Dataset, summary: ChainState, state: ChainState) -
     ]
 
 
-def reachable_keys(dataset: Dataset) -> set[str]:
+def reachable_keys(dataset: Dataset, head: Multihash | None = None) -> set[str]:
+    """The blocks, data and checkpoints the chain of `head` (default: the dataset's head) references."""
     keys = set()
-    for h, block in dataset.iter_blocks(dataset.existing_head()):
+    for h, block in dataset.iter_blocks(head if head is not None else dataset.existing_head()):
         keys.add(block_key(h))
         event = block.event
         if isinstance(event, (model.AddData, model.ExecuteTransform)):
@@ -208,44 +214,69 @@ def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str
     and what failed or killed operations left in the engine's staging area (`cache/operations/`, in a
     bucket the engine writes itself).
 
-    The age guard protects a commit in progress, whose objects land before its head moves, and an
-    operation still running (an object store has no locks to tell a live operation: age is the rule,
-    so `min_age_seconds` must exceed the longest operation). A dataset
-    whose head cannot be read (or is missing) or whose chain cannot be followed to its Seed raises
-    CorruptDatasetError before anything is deleted: what it references cannot be known. Links are
-    removed, never followed.
+    Never what the head or a commit in progress references, whatever `min_age_seconds`: candidates are
+    listed first, then the dataset is marked as being collected, then the commits in flight are read
+    (their declarations) and the head again (it may have moved), and only what none of them references
+    is deleted; a commit that started after that reading sees the mark and stores again what it re-uses
+    (`chain/in_flight.py`). The age guard is for what no declaration covers: an operation's objects
+    staged before its commit starts (an object store has no locks to tell a live operation: age is the
+    rule, so `min_age_seconds` must exceed the longest operation). A dataset whose head cannot be read
+    (or is missing) or whose chain cannot be followed to its Seed raises CorruptDatasetError before
+    anything is deleted: what it references cannot be known. Links are removed, never followed.
     """
-    keep = reachable_keys(dataset)
+    head = dataset.existing_head()
+    keep = reachable_keys(dataset, head)
     # resolved first: a folder that is a link out of the repository stops the collection here
     directories = {p: dataset.store.local_path(p) for p in ("blocks", "data", "checkpoints", "refs", "info")}
     now = time.time()
+    temporary = [  # leftovers of interrupted writes (a write in progress takes less than the grace)
+        (f"{prefix}/{tmp.name}", tmp)
+        for prefix, directory in directories.items()
+        if directory is not None and directory.is_dir()
+        for tmp in directory.glob(".tmp-*")
+        if _old_file(tmp, now, max(min_age_seconds, TEMPORARY_GRACE_SECONDS))
+    ]
+    candidates = [key for key in _old_keys(dataset, directories, now, min_age_seconds) if key not in keep]
+    if not candidates and not temporary:
+        return []
     removed = []
-    for prefix, directory in directories.items():  # leftovers of interrupted writes
-        if directory is not None and directory.is_dir():
-            for tmp in directory.glob(".tmp-*"):
-                if _old_file(tmp, now, min_age_seconds):
-                    tmp.unlink(missing_ok=True)
-                    removed.append(f"{prefix}/{tmp.name}")
+    with collecting(dataset.store) as mark:
+        declared, commits = declared_keys(dataset.store, min_age_seconds)  # the declarations, then the head
+        current = dataset.existing_head()
+        if current != head:
+            keep |= reachable_keys(dataset, current)
+        for key in candidates:
+            if key not in keep and key not in declared:
+                mark.refresh()
+                dataset.store.delete(key)
+                removed.append(key)
+        if not commits:  # a commit in flight may be writing one of them
+            for key, tmp in temporary:
+                tmp.unlink(missing_ok=True)
+                removed.append(key)
+    return removed
+
+
+def _old_keys(
+    dataset: Dataset, directories: dict[str, Path | None], now: float, min_age_seconds: float
+) -> list[str]:
+    """Blocks, data, checkpoints and staged objects at least `min_age_seconds` old."""
+    old = []
     for prefix in ("blocks", "data", "checkpoints"):
         directory = directories[prefix]
         if directory is None:  # a bucket: the store tells each object's age (a read-only store: none)
             aged = dataset.store.list_tree(prefix)
-            old = [key for key, modified in aged if now - modified >= min_age_seconds]
+            old += [key for key, modified in aged if now - modified >= min_age_seconds]
         else:
-            old = [
+            old += [
                 key
                 for key in dataset.store.list(prefix)
                 if _old_file(directory / key.removeprefix(f"{prefix}/"), now, min_age_seconds)
             ]
-        for key in old:
-            if key not in keep:
-                dataset.store.delete(key)
-                removed.append(key)
-    for key, modified in list(dataset.store.list_tree(STAGING_PREFIX)):
-        if now - modified >= min_age_seconds:
-            dataset.store.delete(key)
-            removed.append(key)
-    return removed
+    old += [
+        key for key, modified in dataset.store.list_tree(STAGING_PREFIX) if now - modified >= min_age_seconds
+    ]
+    return old
 
 
 def _old_file(path: os.PathLike[str], now: float, min_age_seconds: float) -> bool:

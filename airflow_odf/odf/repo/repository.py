@@ -8,19 +8,23 @@ spec's grammar and are case-insensitive, so nothing a user types can escape the 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import hashlib
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Collection, Sequence
+import uuid
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from airflow_odf.odf.chain.dataset import HEAD_REF, CommitResult, CorruptDatasetError, Dataset
+from airflow_odf.odf.chain.in_flight import holder_record, read_record, record_age
 from airflow_odf.odf.chain.reconcile import Reconciliation, reconciling
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
@@ -28,11 +32,15 @@ from airflow_odf.odf.format.multiformats import DatasetId
 from airflow_odf.odf.format.names import is_dataset_name
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.storage.local import LocalObjectStore
-from airflow_odf.odf.storage.store import ConflictError, ObjectStore
+from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectStore
 from airflow_odf.odf.storage.url import open_store
 
 MARKER = ".odf-repository"
 ALIAS_KEY = "info/alias"
+#: Held while a rename or delete changes a dataset's names (see `Repository._names_locked`).
+NAME_LOCK_KEY = "info/name-lock"
+#: A rename or delete takes a few requests; a lock older than this is of one that died.
+NAME_LOCK_LEASE_SECONDS = 60.0
 
 
 class RepositoryError(OdfError):
@@ -192,9 +200,9 @@ class Repository:
                 raise DatasetNotFoundError(f"no dataset {ref} in {self.location}")
             return did
         key = self._alias_key(ref)
-        if not self.store.exists(key):
+        did = self._owner(key)
+        if did is None:
             raise DatasetNotFoundError(f"no dataset named {ref!r} in {self.location}")
-        did = self._read_alias(key)
         if not damaged and not self.store.exists(f"{_folder(did)}/{HEAD_REF}"):
             try:  # what is wrong with it: missing, a directory, a link out, ...
                 self.dataset_by_id(did).existing_head()
@@ -203,9 +211,12 @@ class Repository:
         return did
 
     def _read_alias(self, key: str) -> DatasetId:
-        """The DID an alias file holds; RepositoryError naming the file when it holds anything else."""
+        """The DID an alias file holds; RepositoryError naming the file when it holds anything else
+        (ObjectNotFoundError when it is gone: a rename or delete removed it since it was listed)."""
         try:
             return DatasetId.parse(self.store.get(key).decode())
+        except ObjectNotFoundError:
+            raise
         except (OdfError, UnicodeDecodeError) as e:
             reason = "not UTF-8 text" if isinstance(e, UnicodeDecodeError) else str(e)
             raise RepositoryError(
@@ -235,6 +246,8 @@ class Repository:
             try:
                 did = self._read_alias(key)
                 recorded = self.name_of(self.dataset_by_id(did))
+            except ObjectNotFoundError:  # renamed or deleted since it was listed
+                continue
             except OdfError as e:  # e.g. the folder of the datasets is a link out of the repository
                 out.append(ListedDataset(shown, None, str(e)))
                 continue
@@ -358,7 +371,7 @@ class Repository:
         try:
             self.store.compare_and_swap(key, None, str(dataset_id).encode())
         except ConflictError:
-            if self.store.exists(key) and self._read_alias(key) == dataset_id:
+            if self._owner(key) == dataset_id:
                 return  # named so by a concurrent pull of the same dataset
             raise
 
@@ -392,9 +405,11 @@ class Repository:
 
         Refused (RepositoryError listing them by name) while derivatives outside the set read one of
         them. Derivatives go before their inputs, so no derivative is ever left reading a deleted
-        dataset. Of each, the name goes first (compare-and-swap: a name taken meanwhile by another
-        dataset stays), then the name the folder records: the folder is then garbage for `odf gc`. A
-        crash in between leaves a nameless folder `gc` keeps as a dataset; `odf delete DID` ends it."""
+        dataset. Every dataset's names are locked first (`_names_locked`: ConflictError, nothing deleted,
+        while a rename or delete of one of them runs, or when a name given was renamed meanwhile). Of
+        each, the name goes first (compare-and-swap: a name taken meanwhile by another dataset stays),
+        then the name the folder records: the folder is then garbage for `odf gc`. A crash in between
+        leaves a nameless folder `gc` keeps as a dataset; `odf delete DID` ends it."""
         targets = [self.resolve(ref, damaged=True) for ref in refs]
         readers = self.readers(skip=targets)
         chosen = set(targets)
@@ -415,12 +430,16 @@ class Repository:
                 )
         deleted = []
         remaining = set(chosen)
-        while remaining:  # derivatives before their inputs
-            ready = [d for d in remaining if not any(r in remaining for r in readers.get(d, []))]
-            for did in sorted(ready or remaining, key=str):
-                deleted.append((self._shown_name(did), did))
-                self._unname(did)
-                remaining.discard(did)
+        with self._names_locked(chosen, "delete"):
+            for ref, did in zip(refs, targets, strict=True):  # a rename or delete that ran first wins
+                if not ref.startswith("did:") and self._owner(self._alias_key(ref)) != did:
+                    raise ConflictError(f"{ref!r} was renamed or deleted meanwhile; nothing was deleted")
+            while remaining:  # derivatives before their inputs
+                ready = [d for d in remaining if not any(r in remaining for r in readers.get(d, []))]
+                for did in sorted(ready or remaining, key=str):
+                    deleted.append((self._shown_name(did), did))
+                    self._unname(did)
+                    remaining.discard(did)
         return deleted
 
     def _shown_name(self, dataset_id: DatasetId) -> str:
@@ -439,24 +458,78 @@ class Repository:
     def rename(self, old: str, new: str) -> DatasetId:
         """Gives a dataset a new name; nothing else changes (derivatives read their inputs by DID).
 
-        The new name is taken first (compare-and-swap: RepositoryError when another dataset has it),
-        then recorded in the dataset's folder, then the old one is dropped: a crash in between leaves
-        both names, and running the rename again completes it."""
+        Under the dataset's name lock (ConflictError, nothing changed, while another rename or delete
+        of it runs, or when `old` was renamed or deleted meanwhile), the new name is taken by
+        compare-and-swap (RepositoryError when another dataset has it), recorded in the dataset's
+        folder, then the old one is dropped: of two renames, or a rename and a delete, of one dataset
+        one wins whole and the other changes nothing. A crash in between leaves both names; running
+        the rename again completes it (once the dead rename's lock has expired)."""
         if old.startswith("did:"):
             raise RepositoryError(f"{old!r}: give the name of the dataset to rename")
         did = self.resolve(old, damaged=True)
         old_key, new_key = self._alias_key(old), self._alias_key(new)
-        raw = self.store.get(old_key)
-        if new_key != old_key:
-            try:
-                self.store.compare_and_swap(new_key, None, raw)
-            except ConflictError:
-                if self._read_alias(new_key) != did:
-                    raise RepositoryError(f"the name {new!r} is taken in {self.location}") from None
-        self.dataset_by_id(did).store.put(ALIAS_KEY, new.encode())
-        if new_key != old_key:
-            self.store.compare_and_swap(old_key, raw, None)
+        with self._names_locked([did], f"rename {old} to {new}"):
+            raw = self.store.get_or_none(old_key)
+            if raw is None or self._owner(old_key) != did:
+                raise ConflictError(f"{old!r} was renamed or deleted meanwhile; nothing was renamed")
+            if new_key != old_key:
+                try:
+                    self.store.compare_and_swap(new_key, None, raw)
+                except ConflictError:
+                    if self._owner(new_key) != did:  # else left by an interrupted rename: completed now
+                        raise RepositoryError(f"the name {new!r} is taken in {self.location}") from None
+            self.dataset_by_id(did).store.put(ALIAS_KEY, new.encode())
+            if new_key != old_key:
+                self.store.compare_and_swap(old_key, raw, None)
         return did
+
+    def _owner(self, key: str) -> DatasetId | None:
+        """The dataset an alias file names now; None when there is no such file."""
+        try:
+            return self._read_alias(key)
+        except ObjectNotFoundError:
+            return None
+
+    @contextlib.contextmanager
+    def _names_locked(self, dataset_ids: Collection[DatasetId], operation: str) -> Iterator[None]:
+        """Holds the name locks of datasets (`info/name-lock` in each folder, taken by compare-and-swap)
+        while their names change, so that one rename or delete of a dataset runs at a time: a name is
+        two files (the new one taken, the old one dropped), which no single compare-and-swap covers.
+        ConflictError naming the holder when another operation has one; nothing is held then. A lock
+        older than `NAME_LOCK_LEASE_SECONDS` is of an operation that died: it is taken over."""
+        held: list[tuple[ObjectStore, bytes]] = []
+        try:
+            for did in sorted(set(dataset_ids), key=str):
+                held.append(self._lock_names(did, operation))
+            yield
+        finally:
+            for store, raw in reversed(held):
+                # taken over after a stall (the new holder's now), or the folder of a deleted dataset
+                # being removed by `odf gc`
+                with contextlib.suppress(ConflictError, FileNotFoundError):
+                    store.compare_and_swap(NAME_LOCK_KEY, raw, None)
+
+    def _lock_names(self, dataset_id: DatasetId, operation: str) -> tuple[ObjectStore, bytes]:
+        store = self.dataset_by_id(dataset_id).store
+        raw = holder_record(operation=operation, token=uuid.uuid4().hex)
+        current = store.get_or_none(NAME_LOCK_KEY)
+        if current is not None and record_age(current, time.time()) < NAME_LOCK_LEASE_SECONDS:
+            holder = read_record(current) or {}
+            raise ConflictError(
+                f"{self._shown_name(dataset_id)} is being changed by another operation "
+                f"({_shown(str(holder.get('operation')))}, pid {holder.get('pid')} on "
+                f"{_shown(str(holder.get('host')))}); nothing was changed, try again"
+            )
+        try:
+            store.compare_and_swap(NAME_LOCK_KEY, current, raw)
+        except ConflictError:
+            raise ConflictError(
+                f"{self._shown_name(dataset_id)} is being changed by another operation; "
+                "nothing was changed, try again"
+            ) from None
+        except FileNotFoundError:  # `odf gc` is removing the folder of a deleted dataset
+            raise ConflictError(f"{dataset_id} was deleted meanwhile; nothing was changed") from None
+        return store, raw
 
     # ----- housekeeping -----
 
@@ -489,7 +562,11 @@ class Repository:
     def remove_dataset_dir(self, path: Path) -> None:
         if path.parent != self.root / "datasets" or os.path.islink(path):
             raise RepositoryError(f"refusing to remove {path}: not a dataset folder of this repository")
-        shutil.rmtree(path)
+        try:
+            shutil.rmtree(path)
+        except OSError as e:  # a late rename or delete that lost to the delete touched it: next time
+            if e.errno not in (errno.ENOENT, errno.ENOTEMPTY):
+                raise
 
 
 def _folder(dataset_id: DatasetId) -> str:

@@ -22,7 +22,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from airflow_odf.odf.chain.dataset import CorruptDatasetError, Dataset
+from airflow_odf.odf.chain.dataset import CorruptDatasetError, Dataset, block_key
+from airflow_odf.odf.chain.in_flight import declaring
 from airflow_odf.odf.chain.rules import ChainState, apply_block
 from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, OdfError
 from airflow_odf.odf.format import model
@@ -360,31 +361,44 @@ def transfer(
     if diff.comparison is Comparison.EQUAL:
         return SyncResult(diff.comparison, diff.destination_head, diff.destination_head, [], 0, 0, 0)
     objects = objects_of(diff.blocks)
-    with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:  # a request each on S3/HTTP
-        present = list(pool.map(lambda o: destination.store.exists(o.key), objects))
-    missing = [o for o, here in zip(objects, present, strict=True) if not here]
-    log(
-        f"{len(diff.blocks)} block(s), {len(missing)} of {len(objects)} object(s) to transfer "
-        f"({sum(o.size for o in missing)} bytes)"
-    )
-    replace = diff.comparison is not Comparison.AHEAD
-    try:
-        _check_chain_rules(source, destination, diff, replace)
-    except ConflictError as e:
-        return _lost_race(destination, diff, e, (0, len(objects) - len(missing), 0))
-    staging = _staging_dir(destination, work_dir)
-    try:
-        sizes = _run_bounded(_Transfer(source, destination, staging), missing, max_parallel)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    try:
-        commit = destination.append_block_bytes(
-            [raw for _h, raw, _b in diff.blocks], expected_head=diff.destination_head, replace=replace
+    # declared before the destination is asked what it has: `odf gc` keeps what is there (see in_flight)
+    declared = [*(o.key for o in objects), *(block_key(h) for h, _raw, _b in diff.blocks)]
+    with declaring(destination.store, declared) as intent:
+        with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:  # a request each on S3/HTTP
+            present = list(pool.map(lambda o: destination.store.exists(o.key), objects))
+        missing = [o for o, here in zip(objects, present, strict=True) if not here]
+        log(
+            f"{len(diff.blocks)} block(s), {len(missing)} of {len(objects)} object(s) to transfer "
+            f"({sum(o.size for o in missing)} bytes)"
         )
-    except ChainRuleError as e:
-        raise TamperedObjectError(f"source {source.store!r}: its blocks break the chain rules: {e}") from None
-    except ConflictError as e:
-        return _lost_race(destination, diff, e, (len(missing), len(objects) - len(missing), sum(sizes)))
+        replace = diff.comparison is not Comparison.AHEAD
+        try:
+            _check_chain_rules(source, destination, diff, replace)
+        except ConflictError as e:
+            return _lost_race(destination, diff, e, (0, len(objects) - len(missing), 0))
+        staging = _staging_dir(destination, work_dir)
+        try:
+            copy = _Transfer(source, destination, staging)
+            sizes = _run_bounded(copy, missing, max_parallel)
+            intent.settle(
+                [o.key for o in objects],
+                lambda lost: _run_bounded(copy, [o for o in objects if o.key in lost], max_parallel),
+            )
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        try:
+            commit = destination.append_block_bytes(
+                [raw for _h, raw, _b in diff.blocks],
+                expected_head=diff.destination_head,
+                replace=replace,
+                intent=intent,
+            )
+        except ChainRuleError as e:
+            raise TamperedObjectError(
+                f"source {source.store!r}: its blocks break the chain rules: {e}"
+            ) from None
+        except ConflictError as e:
+            return _lost_race(destination, diff, e, (len(missing), len(objects) - len(missing), sum(sizes)))
     return SyncResult(
         diff.comparison,
         diff.destination_head,
