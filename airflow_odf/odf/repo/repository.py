@@ -30,6 +30,7 @@ from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId
 from airflow_odf.odf.format.names import is_dataset_name
+from airflow_odf.odf.format.sql_policy import require_sql_allowed
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.storage.local import LocalObjectStore
 from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectStore
@@ -318,6 +319,8 @@ class Repository:
     def add(self, snapshot: model.DatasetSnapshot, *, system_time: Timestamp | None = None) -> AddResult:
         """Creates the dataset, or appends only the events that differ from its current state."""
         name = self.check_name(snapshot.name)
+        for event in snapshot.metadata:
+            require_sql_allowed(event, name)
         events = [self.normalize_event(e) for e in snapshot.metadata]
         system_time = system_time or Timestamp.now()
         try:
