@@ -59,6 +59,9 @@ REFUSED = [
     ("ADD JAR '{tmp}/any.jar'", "ADD JAR"),
     ("SET spark.sql.runSQLOnFiles=true", "SET spark.sql.runSQLOnFiles"),
     ("SET spark.sql.variable.substitute=true", "SET spark.sql.variable.substitute"),
+    # a bare `user` that is no column resolves to the account: a parser cannot tell, the plan can
+    ("SELECT user AS who FROM range(1)", "the engine's account"),
+    ("SELECT input_file_name() FROM range(1)", "the worker's file paths"),
 ]
 
 
@@ -109,6 +112,8 @@ def test_the_engine_s_own_work_passes(session: Any, tmp_path: Path) -> None:
     assert result.collect()[0]["n"] == 2
     result.write.mode("overwrite").parquet(str(tmp_path / "out"))
     assert session.read.parquet(str(tmp_path / "out")).collect()[0]["top"] == "2"
+    # a column named like a niladic function is the column
+    assert session.sql("SELECT user FROM (SELECT 7 AS user)").collect()[0]["user"] == 7
 
 
 def test_the_local_session_loads_the_guard_from_spark_jars(spark: SparkSession) -> None:

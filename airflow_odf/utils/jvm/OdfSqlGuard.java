@@ -78,6 +78,15 @@ public final class OdfSqlGuard extends AbstractFunction1<SparkSessionExtensions,
             Map.entry("CreateTableLikeCommand", "CREATE TABLE"),
             Map.entry("LoadDataCommand", "LOAD DATA"));
 
+    /* Expressions (by class name) that reach outside the rows: the worker's file paths, the account the
+     * engine runs as. Spark resolves a bare `user` or `session_user` that is no column of the input to
+     * CurrentUser, which a parser cannot tell from a column; the analyzed plan can. */
+    static final Map<String, String> REFUSED_EXPRESSIONS = Map.ofEntries(
+            Map.entry("CurrentUser", "the engine's account (current_user, user, session_user)"),
+            Map.entry("InputFileName", "the worker's file paths (input_file_name)"),
+            Map.entry("InputFileBlockStart", "the worker's file layout (input_file_block_start)"),
+            Map.entry("InputFileBlockLength", "the worker's file layout (input_file_block_length)"));
+
     @Override
     public BoxedUnit apply(SparkSessionExtensions extensions) {
         extensions.injectCheckRule(new AbstractFunction1<SparkSession, Function1<LogicalPlan, BoxedUnit>>() {
@@ -138,6 +147,10 @@ public final class OdfSqlGuard extends AbstractFunction1<SparkSessionExtensions,
         private void visit(Expression expression) {
             if (expression instanceof CallMethodViaReflection) {
                 throw refused("reflection (reflect, java_method, try_reflect) is refused in an ODF engine session");
+            }
+            String what = REFUSED_EXPRESSIONS.get(expression.getClass().getSimpleName());
+            if (what != null) {
+                throw refused(what + " is refused in an ODF engine session");
             }
             if (expression instanceof SubqueryExpression) {
                 visit(((SubqueryExpression) expression).plan());
