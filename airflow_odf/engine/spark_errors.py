@@ -16,7 +16,10 @@ def spark_error_summary(exc: BaseException) -> str:
     """The first meaningful lines of a Spark error: `[CONDITION] message`, the SQL position and snippet."""
     if isinstance(exc, PySparkException):
         text = str(exc)
-        message = (exc.getMessage() or text).strip()
+        try:
+            message = (exc.getMessage() or text).strip()
+        except Py4JJavaError:  # an error without a condition (the JVM guard's): its first line, not the plan
+            return (text.strip().splitlines() or [type(exc).__name__])[0].rstrip(";")
         position = _POSITION.search(text)
         if position:
             message += f" (line {position.group(1)}, position {position.group(2)})"
@@ -32,4 +35,9 @@ def spark_error_summary(exc: BaseException) -> str:
 
 def spark_error_condition(exc: BaseException) -> str | None:
     """Spark's stable error condition (e.g. `PATH_NOT_FOUND`), if the error has one."""
-    return exc.getCondition() if isinstance(exc, PySparkException) else None
+    if not isinstance(exc, PySparkException):
+        return None
+    try:
+        return exc.getCondition()
+    except Py4JJavaError:  # no condition to look up
+        return None

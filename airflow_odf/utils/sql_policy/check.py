@@ -37,6 +37,10 @@ DIALECT = "spark"
 MAX_STATEMENT_CHARS = 1024 * 1024
 
 _QUERY_ROOTS = (exp.Query, exp.Values)
+_BY_CLAUSES = {
+    name: getattr(TokenType, name)
+    for name in ("GROUP_BY", "ORDER_BY", "SORT_BY", "CLUSTER_BY", "DISTRIBUTE_BY", "PARTITION_BY")
+}
 _TOKEN_DUMP = re.compile(
     r"<Token token_type: [\w.]+, text: (.*?), line: \d+, col: \d+, start: \d+, end: \d+, comments: \[.*?\]>"
 )
@@ -188,6 +192,7 @@ def _parse(sql: str, tokens: list[Token]) -> tuple[exp.Expression, int]:
         prefix = "SELECT * FROM "
         text, shift = prefix + sql[tokens[0].end + 1 :], len(prefix) - (tokens[0].end + 1)
         tokens = _tokens(text)
+    tokens = _clause_keywords_joined(tokens)
     for token, after in itertools.pairwise(tokens):
         if token.token_type is TokenType.WINDOW and after.token_type is TokenType.L_PAREN:
             token.token_type = TokenType.VAR
@@ -211,6 +216,35 @@ def _parse(sql: str, tokens: list[Token]) -> tuple[exp.Expression, int]:
         found = f"{len(statements)} statements" if statements else "no statement"
         raise SqlRefused("the text", f"it holds {found}; a step is exactly one query")
     return statements[0], shift
+
+
+def _clause_keywords_joined(tokens: list[Token]) -> list[Token]:
+    """`GROUP /* note */ BY` as the one keyword sqlglot makes of `GROUP BY` (a comment between the two
+    words leaves them two names, which it cannot parse; Spark reads the clause)."""
+    joined: list[Token] = []
+    for token in tokens:
+        before = joined[-1] if joined else None
+        kind = f"{before.text.upper()}_BY" if before is not None else ""
+        if (
+            before is not None
+            and token.text.upper() == "BY"
+            and token.token_type is TokenType.VAR
+            and before.token_type not in _STRING_TOKENS
+            and before.token_type is not TokenType.IDENTIFIER
+            and kind in _BY_CLAUSES
+        ):
+            joined[-1] = Token(
+                _BY_CLAUSES[kind],
+                f"{before.text} BY",
+                line=before.line,
+                col=before.col,
+                start=before.start,
+                end=token.end,
+                comments=[*before.comments, *token.comments],
+            )
+        else:
+            joined.append(token)
+    return joined
 
 
 def _first_line(e: Exception) -> str:
@@ -306,14 +340,21 @@ def _spelled(node: exp.Table) -> str:
 
 
 def _ctes_around(node: exp.Expression) -> frozenset[str]:
-    """The names of the CTEs of every query enclosing `node` (lower case)."""
+    """The names of the CTEs in scope at `node` (lower case), as Spark resolves them: a query's body sees
+    all of its CTEs; a CTE's own body sees only the CTEs before it (and itself, in a WITH RECURSIVE). A
+    relation named like a CTE out of scope is a relation of the session, not the CTE."""
     names: set[str] = set()
-    parent = node.parent
+    child, parent = node, node.parent
     while parent is not None:
-        with_ = parent.args.get("with_") or parent.args.get("with")
-        if isinstance(with_, exp.With):
-            names.update(cte.alias.lower() for cte in with_.expressions)
-        parent = parent.parent
+        if isinstance(parent, exp.With) and isinstance(child, exp.CTE):
+            index = parent.expressions.index(child)
+            seen = parent.expressions[: index + 1 if parent.args.get("recursive") else index]
+            names.update(cte.alias.lower() for cte in seen)
+        else:
+            with_ = parent.args.get("with_") or parent.args.get("with")
+            if isinstance(with_, exp.With) and with_ is not child:
+                names.update(cte.alias.lower() for cte in with_.expressions)
+        child, parent = parent, parent.parent
     return frozenset(names)
 
 
