@@ -15,12 +15,11 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_odf.exceptions import airflow_error
 from airflow_odf.hooks.spark_engine import SparkConnectEngineRunner, SparkSubmitEngineRunner
-from airflow_odf.odf.engine_client.contract import IngestResponse
 from airflow_odf.odf.operation import IngestError
 from airflow_odf.operators.sql import OdfSqlOperator
 from airflow_odf.operators.transform import OdfTransformOperator
-from airflow_odf.utils.engine_deadline import APPLICATION_KILLED, TIMEOUT, timeout_error
-from tests.unit.test_engine_deadline import _alive, _sleeping_spark_submit
+from airflow_odf.utils.engine_deadline import TIMEOUT, timeout_error
+from tests.unit.test_engine_deadline import _sleeping_spark_submit, assert_killed_at_the_deadline
 
 
 @pytest.fixture(autouse=True)
@@ -75,12 +74,4 @@ def test_spark_submit_past_its_deadline_is_killed_through_the_hook(
         "AIRFLOW_CONN_SPARK_ODF_SLEEPY", json.dumps({"conn_type": "spark", "host": "local[1]"})
     )
     runner = SparkSubmitEngineRunner("spark_odf_sleepy", timeout=0.5)
-    work = tmp_path / "operations" / "op"
-    work.mkdir(parents=True)
-    response = IngestResponse.from_json(runner.run(json.dumps({"version": 1}), work))
-    assert response.error is not None
-    assert (response.error.kind, response.error.message) == (
-        TIMEOUT,
-        timeout_error(0.5, APPLICATION_KILLED)["message"],
-    )
-    assert not _alive(int(pid_file.read_text()))
+    assert_killed_at_the_deadline(runner, tmp_path, pid_file)

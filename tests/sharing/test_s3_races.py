@@ -4,23 +4,12 @@ deletes what a commit in progress re-uses."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from airflow_odf.odf.chain import in_flight, integrity
-from airflow_odf.odf.chain.integrity import collect_garbage, verify_integrity
 from airflow_odf.odf.repo.repository import Repository
-from tests.unit.test_races import (
-    assert_one_name,
-    create,
-    data_loop,
-    names_loop,
-    reset_leaving_garbage,
-    slice_of,
-)
+from tests.unit.test_races import assert_one_name, data_loop, gc_inside_a_commits_window, names_loop
 
 #: Fewer rounds than on a local disk (tests/unit/test_races.py runs 200): each operation is tens of
 #: HTTP requests to moto, and a delete's check of the readers reads every dataset (the windows are the
@@ -48,33 +37,6 @@ def test_ingest_compact_gc_and_rename_at_once_lose_nothing(repo: Repository, tmp
 def test_a_commit_inside_gcs_window_stores_again_what_gc_deleted(
     repo: Repository, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """gc (which lists by the bucket's LastModified) read the declarations before the commit declared
-    and deletes the old object the commit re-uses; the commit stores it again before its head moves."""
-    did = create(repo, "a")
-    dataset = repo.dataset_by_id(did)
-    staged = reset_leaving_garbage(dataset, tmp_path / "staging")
-    _, event = slice_of(dataset, tmp_path / "staging", b"the same rows " * 50)
-    gc_read, commit_stored = threading.Event(), threading.Event()
-    real_declared, real_settle = integrity.declared_keys, in_flight.Intent.settle
-
-    def declared_then_wait(*args: Any) -> Any:
-        out = real_declared(*args)
-        gc_read.set()
-        assert commit_stored.wait(30)
-        return out
-
-    def stored_then_settle(self: in_flight.Intent, *args: Any) -> None:
-        commit_stored.set()
-        real_settle(self, *args)
-
-    monkeypatch.setattr(integrity, "declared_keys", declared_then_wait)
-    monkeypatch.setattr(in_flight.Intent, "settle", stored_then_settle)
-    removed: list[list[str]] = []
-    gc = threading.Thread(target=lambda: removed.append(collect_garbage(dataset, 0)))
-    gc.start()
-    assert gc_read.wait(30)
-    dataset.commit([event], objects=[staged])
-    gc.join(30)
-    assert staged.key in removed[0] and dataset.store.exists(staged.key)
-    assert verify_integrity(dataset) == []
+    """The same window in a bucket, where gc lists by the objects' LastModified."""
+    did = gc_inside_a_commits_window(repo, monkeypatch, tmp_path / "staging")
     assert_one_name(repo, did, "a")

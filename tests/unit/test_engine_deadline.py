@@ -9,6 +9,7 @@ import argparse
 import json
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -139,9 +140,9 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_spark_submit_past_its_deadline_is_killed_and_answered_with_a_timeout(tmp_path: Path) -> None:
-    spark_submit, pid_file = _sleeping_spark_submit(tmp_path)
-    runner = SparkSubmitRunner(spark_submit=str(spark_submit), log=lambda _line: None, timeout=0.5)
+def assert_killed_at_the_deadline(runner: Any, tmp_path: Path, pid_file: Path) -> Path:
+    """Runs a request with `runner` (a 0.5 s deadline over the sleeping spark-submit): answered with the
+    timeout error, the stand-in killed. Returns the operation folder."""
     work = tmp_path / "operations" / "op"
     work.mkdir(parents=True)
     response = IngestResponse.from_json(runner.run(json.dumps({"version": 1}), work))
@@ -151,6 +152,13 @@ def test_spark_submit_past_its_deadline_is_killed_and_answered_with_a_timeout(tm
         timeout_error(0.5, APPLICATION_KILLED)["message"],
     )
     assert not _alive(int(pid_file.read_text()))
+    return work
+
+
+def test_spark_submit_past_its_deadline_is_killed_and_answered_with_a_timeout(tmp_path: Path) -> None:
+    spark_submit, pid_file = _sleeping_spark_submit(tmp_path)
+    runner = SparkSubmitRunner(spark_submit=str(spark_submit), log=lambda _line: None, timeout=0.5)
+    work = assert_killed_at_the_deadline(runner, tmp_path, pid_file)
     # several requests in one job (the class-archive warm-up): the same, as an error
     with pytest.raises(EngineDeadlineError, match=r"deadline of 0\.5 s .*its Spark application was killed$"):
         runner.submit([(work / "request.json", work / "response.json")], work, {})

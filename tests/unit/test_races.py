@@ -224,15 +224,14 @@ def test_gc_inside_a_commits_window_keeps_the_old_object_it_re_uses(
     assert collect_garbage(dataset, 0) == []
 
 
-def test_a_commit_inside_gcs_window_stores_again_what_gc_deleted(
-    repo: Repository, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def gc_inside_a_commits_window(repo: Repository, monkeypatch: pytest.MonkeyPatch, staging: Path) -> DatasetId:
     """The issue's case: gc read the declarations before the commit declared, so it deletes the old
     object the commit skipped; the commit saw gc's mark, waits until gc is done, stores the object
-    again, then moves its head."""
-    dataset = repo.dataset_by_id(create(repo, "a"))
-    staged = reset_leaving_garbage(dataset, tmp_path / "staging")
-    _, event = slice_of(dataset, tmp_path / "staging", b"the same rows " * 50)
+    again, then moves its head. Returns the dataset's DID (named `a`)."""
+    did = create(repo, "a")
+    dataset = repo.dataset_by_id(did)
+    staged = reset_leaving_garbage(dataset, staging)
+    _, event = slice_of(dataset, staging, b"the same rows " * 50)
     gc_read, commit_stored = threading.Event(), threading.Event()
     real_declared, real_settle = integrity.declared_keys, in_flight.Intent.settle
 
@@ -259,6 +258,13 @@ def test_a_commit_inside_gcs_window_stores_again_what_gc_deleted(
     assert dataset.store.exists(staged.key)  # ... and the commit stored it again before its head moved
     assert dataset.head() == result.new_head
     assert verify_integrity(dataset) == []
+    return did
+
+
+def test_a_commit_inside_gcs_window_stores_again_what_gc_deleted(
+    repo: Repository, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    gc_inside_a_commits_window(repo, monkeypatch, tmp_path / "staging")
 
 
 def test_gc_keeps_what_a_pull_in_flight_re_uses(
