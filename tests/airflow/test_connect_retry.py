@@ -94,19 +94,19 @@ CHILD = textwrap.dedent(
     from airflow.models.taskinstancehistory import TaskInstanceHistory
     from airflow.utils.session import create_session
 
-    from airflow_odf.engine import connect_runner
+    from airflow_odf.engine import deadline
     from tests.airflow.dag_runs import xcom
 
     signals = Path(os.environ["ODF_TEST_SIGNALS"])
     requests = []
-    run_request = connect_runner.run_request
+    run_request = deadline.run_request  # what the Connect runner calls within the request's deadline
 
     def run_and_tell(spark, request):  # the session on the server is open: the job starts
         requests.append(request)
         (signals / f"request-{len(requests)}").touch()
         return run_request(spark, request)
 
-    connect_runner.run_request = run_and_tell
+    deadline.run_request = run_and_tell
 
     def wait_for_the_server(context):
         error, written = context["exception"], signals / ".failed-try"

@@ -48,10 +48,20 @@ def test_sql_error_names_the_step_and_spark_message(spark: SparkSession) -> None
 
 
 def test_sql_syntax_error_shows_the_query_position(spark: SparkSession) -> None:
+    """Text the SQL policy cannot parse is refused before Spark sees it, at the position it stopped."""
     with pytest.raises(EngineInputError) as e:
         run_queries(spark, _frame(spark, "a int", [(1,)]), [{"query": "SELEC a FROM input", "alias": "x.y"}])
-    assert e.value.message.startswith("preprocess step 1 (alias 'x.y') of 1 failed: [PARSE_SYNTAX_ERROR]")
-    assert "== SQL ==\nSELEC a FROM input\n^^^" in e.value.message
+    assert (e.value.kind, e.value.message) == (
+        "sql-policy",
+        "preprocess step 1 of 1 (alias 'x.y'): the statement at line 1, column 12 is refused: it cannot be "
+        "parsed as Spark SQL (Invalid expression / Unexpected token)",
+    )
+
+
+def test_a_failing_step_is_named_with_spark_s_reason(spark: SparkSession) -> None:
+    with pytest.raises(EngineInputError) as e:
+        run_queries(spark, _frame(spark, "a int", [(1,)]), [{"query": "SELECT b FROM input", "alias": "x.y"}])
+    assert e.value.message.startswith("preprocess step 1 (alias 'x.y') of 1 failed: [UNRESOLVED_COLUMN")
 
 
 def test_default_preprocess_renames_system_columns_and_reads_unix_seconds(spark: SparkSession) -> None:

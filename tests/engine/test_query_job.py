@@ -226,22 +226,32 @@ def test_export_writes_the_records_in_offset_order(pipeline: Pipeline, tmp_path:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "refused"),
     [
-        f"DROP VIEW `{ROOT}`",
-        "/* a comment */ CREATE TABLE t USING parquet AS SELECT 1",
-        f"INSERT OVERWRITE DIRECTORY '/tmp/odf-out' USING parquet SELECT * FROM `{ROOT}`",
-        f"WITH x AS (SELECT * FROM `{ROOT}`) INSERT OVERWRITE DIRECTORY '/tmp/odf-out' USING parquet "
-        "SELECT * FROM x",
-        f"FROM `{ROOT}` INSERT OVERWRITE DIRECTORY '/tmp/odf-out' USING parquet SELECT *",
-        "SET spark.sql.ansi.enabled=false",
-        f"SELECT 1; DROP VIEW `{ROOT}`",
-        "",
+        (f"DROP VIEW `{ROOT}`", "statement DROP at line 1, column 1 is refused: only a query runs here"),
+        ("/* a comment */ CREATE TABLE t USING parquet AS SELECT 1", "statement CREATE at line 1, column 17"),
+        (
+            f"INSERT OVERWRITE DIRECTORY '/tmp/odf-out' USING parquet SELECT * FROM `{ROOT}`",
+            "the statement at line 1, column 47 is refused: it cannot be parsed as Spark SQL",
+        ),
+        (
+            f"WITH x AS (SELECT * FROM `{ROOT}`) INSERT OVERWRITE DIRECTORY '/tmp/odf-out' USING parquet "
+            "SELECT * FROM x",
+            "it cannot be parsed as Spark SQL",
+        ),
+        (
+            f"FROM `{ROOT}` INSERT OVERWRITE DIRECTORY '/tmp/odf-out' USING parquet SELECT *",
+            "it cannot be parsed as Spark SQL",
+        ),
+        ("SET spark.sql.ansi.enabled=false", "statement SET at line 1, column 1 is refused"),
+        (f"SELECT 1; DROP VIEW `{ROOT}`", "the text is refused: it holds 2 statements"),
+        ("", "the query is empty"),
     ],
 )
-def test_only_queries_run(pipeline: Pipeline, sql: str) -> None:
-    with pytest.raises(QueryError, match=r"only queries run here|the query is empty|PARSE_SYNTAX_ERROR"):
+def test_only_queries_run(pipeline: Pipeline, sql: str, refused: str) -> None:
+    with pytest.raises(QueryError) as e:
         pipeline.rows(sql)
+    assert refused in str(e.value)
     assert not Path("/tmp/odf-out").exists()
 
 
@@ -257,14 +267,19 @@ def test_queries_that_begin_otherwise_run(pipeline: Pipeline) -> None:
 def test_an_unknown_table_is_named_with_the_datasets(pipeline: Pipeline) -> None:
     with pytest.raises(QueryError) as e:
         pipeline.rows("SELECT * FROM com.example.trades")
-    message = str(e.value)
-    assert "`com`.`example`.`trades`" in message
-    assert f"acme, {ROOT}, empty (quote names with dots in backticks" in message
+    assert str(e.value) == (
+        "the query: relation com.example.trades at line 1, column 15 is refused: it reads a path or a "
+        "catalog table; a dotted dataset name is written in `backticks`"
+    )
 
 
 def test_a_table_that_is_no_dataset(pipeline: Pipeline) -> None:
-    with pytest.raises(QueryError, match=r"TABLE_OR_VIEW_NOT_FOUND.*`nothing`.*; the datasets of .*: acme, "):
-        pipeline.rows("SELECT * FROM nothing")
+    with pytest.raises(QueryError) as e:
+        pipeline.rows("SELECT * FROM acme JOIN nothing USING (offset)")
+    assert str(e.value) == (
+        f"relation nothing at line 1, column 25 is no dataset here; the datasets: acme, {ROOT}, empty (quote "
+        "names with dots in backticks: SELECT * FROM `com.example.trades`)"
+    )
 
 
 def test_a_result_above_the_cap_is_refused(pipeline: Pipeline) -> None:
@@ -291,7 +306,9 @@ def test_the_commands(pipeline: Pipeline, tmp_path: Path, capsys: pytest.Capture
     assert (tmp_path / "out.csv").read_text() == "offset,symbol\n0,ACME\n1,INIT\n"
 
     assert main(["sql", f"DELETE FROM `{ROOT}`", *base]) == 2
-    assert "only queries run here" in capsys.readouterr().err
+    assert (
+        "statement DELETE at line 1, column 1 is refused: only a query runs here" in capsys.readouterr().err
+    )
     assert main(["sql", sql, *base, "--format", "parquet"]) == 2
     assert "--format parquet needs --output PATH" in capsys.readouterr().err
     assert main(["sql", sql, *base, "--as-of", ROOT]) == 2
@@ -316,7 +333,9 @@ def test_a_query_on_spark_connect(pipeline: Pipeline, connect_url: str) -> None:
     sql = f"SELECT symbol, count(*) AS n FROM `{ROOT}` GROUP BY symbol ORDER BY symbol"
     table = query_rows(pipeline.repo, sql, runner, options)
     assert table.to_pylist() == [{"symbol": "ACME", "n": 2}, {"symbol": "INIT", "n": 2}]
-    with pytest.raises(QueryError, match="only queries run here"):
+    with pytest.raises(
+        QueryError, match="statement DROP at line 1, column 1 is refused: only a query runs here"
+    ):
         query_rows(pipeline.repo, f"DROP VIEW `{ROOT}`", runner, options)
 
 

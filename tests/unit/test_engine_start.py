@@ -210,6 +210,6 @@ def test_local_spark_needs_the_jars_of_the_full_pyspark(
     assert problem is not None and f"{tmp_path} has no jars/ folder" in problem
     assert "pip install 'airflow-provider-odf[spark]'" in problem
     with pytest.raises(EngineRunError, match=r"airflow-provider-odf\[spark\]"):
-        LazyRunner(argparse.Namespace(engine="local", master=None)).run("{}", tmp_path)
+        LazyRunner(argparse.Namespace(engine="local", master=None, engine_timeout=None)).run("{}", tmp_path)
     (tmp_path / "jars").mkdir()
     assert local_spark_problem() is None
