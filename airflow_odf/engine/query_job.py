@@ -45,7 +45,7 @@ def query(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         return _written(result, request)
     finally:
         for view in views:
-            spark.catalog.dropTempView(quote_identifier(view))
+            spark.catalog.dropTempView(view)  # by its name: a quoted one drops nothing
 
 
 def _table_frame(spark: SparkSession, table: dict[str, Any]) -> DataFrame:

@@ -264,6 +264,13 @@ def test_queries_that_begin_otherwise_run(pipeline: Pipeline) -> None:
     assert pipeline.rows("SELECT count(*) AS n FROM empty") == [{"n": 0}]  # a dataset without data
 
 
+def test_a_query_leaves_no_view_in_the_session(pipeline: Pipeline, spark: SparkSession) -> None:
+    """The views of a request are dropped by their names (a quoted name would drop nothing): a later
+    request on the same session sees only its own."""
+    assert pipeline.rows(f"SELECT count(*) AS n FROM `{ROOT}` JOIN ACME USING (offset)") == [{"n": 3}]
+    assert {ROOT, "acme"}.isdisjoint(t.name for t in spark.catalog.listTables())
+
+
 def test_an_unknown_table_is_named_with_the_datasets(pipeline: Pipeline) -> None:
     with pytest.raises(QueryError) as e:
         pipeline.rows("SELECT * FROM com.example.trades")
