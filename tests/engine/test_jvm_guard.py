@@ -114,6 +114,7 @@ def test_the_engine_s_own_work_passes(session: Any, tmp_path: Path) -> None:
     assert session.read.parquet(str(tmp_path / "out")).collect()[0]["top"] == "2"
     # a column named like a niladic function is the column
     assert session.sql("SELECT user FROM (SELECT 7 AS user)").collect()[0]["user"] == 7
+    session.catalog.dropTempView("odf_guard_input")  # the session is shared
 
 
 def test_the_local_session_loads_the_guard_from_spark_jars(spark: SparkSession) -> None:

@@ -418,8 +418,11 @@ def test_the_sql_operator_refuses_it(
 
 
 def spark_jobs(spark: SparkSession) -> int:
-    """How many Spark jobs the local session has run so far."""
-    return int(spark.sparkContext._jsc.sc().statusStore().jobsList(None).size())  # type: ignore[union-attr]
+    """How many Spark jobs the local session has run so far, once the listener bus has delivered every
+    event (the status store learns of a job asynchronously, e.g. of an earlier test's last one)."""
+    context = spark.sparkContext._jsc.sc()  # type: ignore[union-attr]
+    context.listenerBus().waitUntilEmpty()
+    return int(context.statusStore().jobsList(None).size())
 
 
 def system_property(spark: SparkSession, key: str) -> str | None:
@@ -653,8 +656,8 @@ def assert_refused_by_the_engine(
 def test_the_local_engine_refuses_hand_written_requests(
     construct: Construct, peer: Peer, spark: SparkSession, runner: LocalSparkRunner, tmp_path: Path
 ) -> None:
-    jobs = spark_jobs(spark)
     tables = sorted(v.name for v in spark.catalog.listTables())  # other tests' views of the shared session
+    jobs = spark_jobs(spark)  # (after listing: listing a view over files may run a job)
     for what, request in hand_written_requests(peer, tmp_path, construct):
         assert_refused_by_the_engine(json.loads(runner.run(request, tmp_path)), what, construct, peer.canary)
     assert spark_jobs(spark) == jobs  # refused before any Spark job
