@@ -28,6 +28,7 @@ from airflow_odf.odf.engine_client.runner import EngineRunError, job_script
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
+from tests.unit.test_engine_deadline import _alive
 
 
 def _json_conn(monkeypatch: pytest.MonkeyPatch, conn_id: str, **fields: Any) -> None:
@@ -339,14 +340,6 @@ def _runs(pid: int, script: str) -> bool:
         except FileNotFoundError:
             pass
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.skipif(shutil.which("spark-submit") is None, reason="spark-submit is not on PATH")
