@@ -1,8 +1,9 @@
 """The SQL policy (`airflow_odf/utils/sql_policy`) applied to metadata events: a transform's queries may
 read its inputs (by alias) and earlier steps; a preprocess's may read `input` and earlier steps.
 
-Manifests are checked when they are read, pulled chains before a replay, and every engine request before
-it is sent, so SQL from a manifest author or a peer never reaches Spark unchecked.
+Manifests are checked by `odf snapshot validate`, `odf add` (Repository.add), the DAG factory and the
+apply-manifest operator, pulled chains before a replay, and every engine request before it is sent, so
+SQL from a manifest author or a peer never reaches Spark unchecked.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 
 from airflow_odf.odf.errors import ManifestError, OdfError, Problem, quoted
 from airflow_odf.odf.format import model
-from airflow_odf.utils.sql_policy import StepRefused, check_steps
 
 PREPROCESS_INPUT = "input"
 """The view a preprocess reads (the engine's name for the data just read)."""
@@ -38,6 +38,10 @@ def sql_refusal(sql: model.TransformSql, inputs: list[str], what: str) -> str | 
 
     SQL written for another engine (Flink, DataFusion) is checked as Spark SQL too, as Spark runs it
     here: a refusal says so."""
+    # imported here: sqlglot takes half a second to import, which every command and DAG parse that only
+    # opens a repository would pay
+    from airflow_odf.utils.sql_policy import StepRefused, check_steps
+
     try:
         check_steps(steps_of(sql), inputs)
     except StepRefused as e:

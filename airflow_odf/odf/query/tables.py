@@ -21,7 +21,6 @@ from airflow_odf.odf.operation import local_object
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.schema.data_schema import data_schema_to_arrow
 from airflow_odf.odf.schema.evolution import odf_schema
-from airflow_odf.utils.sql_policy import SqlRefused, check_query
 
 
 class QueryError(OdfError):
@@ -37,6 +36,8 @@ def names_in(sql: str, names: list[str]) -> dict[str, list[str]]:
     """Dataset name -> its spellings among the relations the query reads (any case: Spark matches a view
     as spelled, so each spelling becomes a view), once the SQL policy accepts the statement; QueryError
     for a refused statement or a relation that is no dataset of `names`."""
+    from airflow_odf.utils.sql_policy import SqlRefused, check_query  # sqlglot: only when a query runs
+
     try:
         reads = check_query(sql, None)
     except SqlRefused as e:

@@ -289,7 +289,7 @@ class _Walk:
             if name not in BUILTIN_FUNCTIONS:
                 raise self.refused(node, f"function {node.name}", "it is not a Spark built-in function")
         else:
-            name = _REFUSED_CLASSES.get(type(node))
+            name = _refused_classes().get(type(node))
         if name in REFUSED_FUNCTIONS:
             raise self.refused(node, f"function {name}", REFUSED_FUNCTIONS[name])
 
@@ -358,14 +358,13 @@ def _ctes_around(node: exp.Expression) -> frozenset[str]:
     return frozenset(names)
 
 
+@functools.cache
 def _refused_classes() -> dict[type, str]:
-    """The expression classes sqlglot gives refused functions it models itself (e.g. CURRENT_USER)."""
+    """The expression classes sqlglot gives refused functions it models itself (e.g. CURRENT_USER), found
+    once, when first needed."""
     classes: dict[type, str] = {}
     for name in REFUSED_FUNCTIONS:
         node = sqlglot.parse_one(f"SELECT {name}()", read=DIALECT).expressions[0]
         if not isinstance(node, exp.Anonymous):
             classes[type(node)] = name
     return classes
-
-
-_REFUSED_CLASSES = _refused_classes()
