@@ -32,6 +32,7 @@ from airflow_odf.odf.format.multiformats import DatasetId
 from airflow_odf.odf.format.names import is_dataset_name
 from airflow_odf.odf.format.sql_policy import require_sql_allowed
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.identity.keys import KeyStore, default_keys_dir
 from airflow_odf.odf.storage.local import LocalObjectStore
 from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectStore
 from airflow_odf.odf.storage.url import open_store
@@ -109,12 +110,27 @@ class Repository:
     """
 
     def __init__(
-        self, root: str | Path, *, store: ObjectStore | None = None, work_dir: Path | None = None
+        self,
+        root: str | Path,
+        *,
+        store: ObjectStore | None = None,
+        work_dir: Path | None = None,
+        keys: KeyStore | None = None,
     ) -> None:
         self.root = Path(root)
         self.location = str(root)
         self.store = store if store is not None else LocalObjectStore(self.root)
         self._work_dir = work_dir
+        self._keys = keys
+
+    @property
+    def keys(self) -> KeyStore:
+        """The private keys of the datasets created here (and of this node): the store given, else
+        `$ODF_KEYS_DIR`, else `.odf-keys/` in a local repository, else the user's configuration folder
+        (`airflow_odf.odf.identity.keys`). Never inside what push, pull or serve transfer."""
+        if self._keys is None:
+            self._keys = KeyStore(default_keys_dir(self.root if self.is_local else None))
+        return self._keys
 
     @property
     def is_local(self) -> bool:
@@ -136,28 +152,38 @@ class Repository:
         return Path(tempfile.gettempdir()) / "airflow-odf-work" / digest
 
     @classmethod
-    def init(cls, root: str | Path, *, work_dir: Path | None = None) -> Repository:
+    def init(
+        cls, root: str | Path, *, work_dir: Path | None = None, keys: KeyStore | None = None
+    ) -> Repository:
         """Creates (or re-marks) a repository: a local directory, or a URL such as `s3://bucket/odf`
         (credentials from the environment)."""
         if _is_store_url(root):
-            return cls.in_store(open_store(str(root)), str(root), create=True, work_dir=work_dir)
-        repo = cls(_local(root), work_dir=work_dir)
+            return cls.in_store(open_store(str(root)), str(root), create=True, work_dir=work_dir, keys=keys)
+        repo = cls(_local(root), work_dir=work_dir, keys=keys)
         repo.root.mkdir(parents=True, exist_ok=True)
         (repo.root / MARKER).write_text("1")
         return repo
 
     @classmethod
-    def open(cls, root: str | Path, *, work_dir: Path | None = None) -> Repository:
+    def open(
+        cls, root: str | Path, *, work_dir: Path | None = None, keys: KeyStore | None = None
+    ) -> Repository:
         if _is_store_url(root):
-            return cls.in_store(open_store(str(root)), str(root), work_dir=work_dir)
-        repo = cls(_local(root), work_dir=work_dir)
+            return cls.in_store(open_store(str(root)), str(root), work_dir=work_dir, keys=keys)
+        repo = cls(_local(root), work_dir=work_dir, keys=keys)
         if not (repo.root / MARKER).is_file():
             raise RepositoryError(f"{repo.root} is not an ODF repository (run `odf init` there first)")
         return repo
 
     @classmethod
     def in_store(
-        cls, store: ObjectStore, location: str, *, create: bool = False, work_dir: Path | None = None
+        cls,
+        store: ObjectStore,
+        location: str,
+        *,
+        create: bool = False,
+        work_dir: Path | None = None,
+        keys: KeyStore | None = None,
     ) -> Repository:
         """A repository in an object store (`location` is its URL, for messages); `create` marks a new
         one, otherwise the marker must be there."""
@@ -165,7 +191,7 @@ class Repository:
             store.put(MARKER, b"1")
         elif not store.exists(MARKER):
             raise RepositoryError(f"{location} is not an ODF repository (create it first)")
-        return cls(location, store=store, work_dir=work_dir)
+        return cls(location, store=store, work_dir=work_dir, keys=keys)
 
     # ----- names and identities -----
 
@@ -348,7 +374,8 @@ class Repository:
     def _create(
         self, name: str, kind: model.DatasetKind, events: list[Any], system_time: Timestamp
     ) -> AddResult:
-        did, _secret = DatasetId.generate()
+        did, secret = DatasetId.generate()
+        self.keys.save(secret)  # first: a crash after it leaves an unused key, never an unowned dataset
         dataset = self.dataset_by_id(did)
         seed = model.Seed(dataset_id=did, dataset_kind=kind)
         commit = dataset.commit([seed, *events], system_time=system_time, expected_head=None)
