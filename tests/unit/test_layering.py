@@ -33,6 +33,7 @@ CORE_LEVELS = {
     "schema": 3,
     "hashing": 3,
     "engine_client": 3,
+    "identity": 3,
     "format": 2,
     "storage": 2,
     "limits": 1,
