@@ -1,5 +1,5 @@
-"""The `odf` commands of odf delete, odf rename and odf inspect lineage|query|schema (docs/inspect.md,
-docs/repository.md).
+"""The `odf` commands of odf delete, odf rename and odf inspect lineage|query|schema|provenance
+(docs/inspect.md, docs/provenance.md, docs/repository.md).
 
 `delete` and `rename` change names only (objects become garbage for `odf gc`); `inspect` reads. What a
 repository holds is untrusted text: JSON and HTML escape it, text output escapes control characters.
@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from airflow_odf.cli.errors import CommandError
+from airflow_odf.cli.errors import CommandError, positive_int
 from airflow_odf.cli.schema import changes_plain, print_changes
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.manifests import table_to_plain
@@ -27,6 +27,16 @@ from airflow_odf.odf.repo.lineage_picture import (
     lineage_text,
 )
 from airflow_odf.odf.repo.overview import repository_overview
+from airflow_odf.odf.repo.provenance import (
+    DEFAULT_MAX_BLOCKS,
+    RESOLVED,
+    WHAT_IT_PROVES,
+    DatasetProvenance,
+    Provenance,
+    ProvenanceBlock,
+    StepInput,
+    provenance,
+)
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.schema.text import schema_ddl, schema_yaml
 
@@ -190,8 +200,152 @@ def cmd_schema(args: argparse.Namespace) -> None:
         _print_schema(v, args.history)
 
 
+# ----- record provenance -----
+
+
+def _interval_plain(interval: tuple[int, int] | None) -> dict[str, int] | None:
+    return None if interval is None else {"start": interval[0], "end": interval[1]}
+
+
+def _step_input_plain(i: StepInput) -> dict[str, Any]:
+    return {
+        "dataset_id": i.dataset_id,
+        "name": i.name,
+        "prev_block_hash": i.prev_block_hash,
+        "new_block_hash": i.new_block_hash,
+        "offsets": _interval_plain(i.offsets),
+    }
+
+
+def _provenance_block_plain(b: ProvenanceBlock) -> dict[str, Any]:
+    state = b.source_state
+    return {
+        "block": b.block_hash,
+        "sequence_number": b.sequence_number,
+        "system_time": b.system_time,
+        "event": b.event,
+        "offsets": _interval_plain(b.offsets),
+        "watermark": b.watermark,
+        "source_state": None
+        if state is None
+        else {"source_name": state.source_name, "kind": state.kind, "value": state.value},
+        "inputs": [_step_input_plain(i) for i in b.inputs],
+    }
+
+
+def provenance_plain(answer: Provenance) -> dict[str, Any]:
+    """The `-o json` form: the question, what the answer proves, and each dataset on the way down."""
+    return {
+        "dataset": answer.dataset,
+        "dataset_id": answer.dataset_id,
+        "offset": answer.offset,
+        "block": answer.block,
+        "note": WHAT_IT_PROVES,
+        "datasets": [
+            {
+                "dataset_id": n.dataset_id,
+                "name": n.name,
+                "kind": n.kind,
+                "depth": n.depth,
+                "status": n.status,
+                "reasons": list(n.reasons),
+                "offsets": [_interval_plain(i) for i in n.offsets],
+                "num_blocks": n.num_blocks,
+                "blocks": [_provenance_block_plain(b) for b in n.blocks],
+            }
+            for n in answer.datasets
+        ],
+    }
+
+
+def _intervals_text(intervals: list[tuple[int, int]]) -> str:
+    return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in intervals) or "none"
+
+
+def _provenance_block_text(b: ProvenanceBlock, last: bool) -> list[str]:
+    offsets = "no records" if b.offsets is None else f"offsets {_intervals_text([b.offsets])}"
+    line = (
+        f"{'└─' if last else '├─'} {b.event} {b.block_hash}  #{b.sequence_number}  {b.system_time}  {offsets}"
+    )
+    if b.watermark is not None:
+        line += f"  watermark {b.watermark}"
+    if b.source_state is not None:
+        s = b.source_state
+        line += f"  source {_printable(s.source_name)} {_printable(s.kind)} {_printable(s.value)}"
+    lines = [line]
+    lead = "   " if last else "│  "
+    for k, i in enumerate(b.inputs):
+        read = "no records" if i.offsets is None else f"offsets {_intervals_text([i.offsets])}"
+        blocks = f"blocks up to {i.new_block_hash}" if i.new_block_hash else "no new block"
+        if i.prev_block_hash and i.new_block_hash:
+            blocks = f"blocks after {i.prev_block_hash} up to {i.new_block_hash}"
+        name = _printable(i.name) if i.name else "(not in this repository)"
+        branch = "└─" if k == len(b.inputs) - 1 else "├─"
+        lines.append(f"{lead}{branch} read {name}  {i.dataset_id}  {read}  {blocks}")
+    return lines
+
+
+def _dataset_provenance_text(n: DatasetProvenance) -> list[str]:
+    name = _printable(n.name) if n.name else "(not in this repository)"
+    kind = f"  {n.kind}" if n.kind else ""
+    status = "" if n.status == RESOLVED else f"  [{n.status}]"
+    lines = [f"{name}  {n.dataset_id}{kind}  offsets {_intervals_text(n.offsets)}{status}"]
+    lines += [f"  ! {_printable(reason)}" for reason in n.reasons]
+    for k, b in enumerate(n.blocks):
+        lines += _provenance_block_text(b, last=k == len(n.blocks) - 1 and n.num_blocks == len(n.blocks))
+    if n.num_blocks > len(n.blocks):
+        lines.append(f"└─ ... and {n.num_blocks - len(n.blocks)} more block(s) (--max-blocks)")
+    return lines
+
+
+def provenance_text(answer: Provenance) -> str:
+    """A heading naming the block asked about, what the answer proves, then each dataset on the way
+    down (nearest first) with its blocks and, for a transform step, what it read of each input."""
+    first = answer.datasets[0].blocks[0]
+    if answer.offset is not None:
+        heading = f"{answer.dataset} offset {answer.offset}: written by {first.event} {first.block_hash}"
+        heading += f" (#{first.sequence_number})"
+    else:
+        offsets = "no records" if first.offsets is None else f"offsets {_intervals_text([first.offsets])}"
+        heading = (
+            f"{answer.dataset} block {first.block_hash} (#{first.sequence_number}, {first.event}): {offsets}"
+        )
+    lines = [heading]
+    if len(answer.datasets) > 1:
+        lines.append(f"Note: {WHAT_IT_PROVES}.")
+    for n in answer.datasets:
+        lines += ["", *_dataset_provenance_text(n)]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_provenance(args: argparse.Namespace) -> None:
+    answer = provenance(
+        Repository.open(args.repo),
+        args.name,
+        offset=args.offset,
+        block=args.block,
+        max_blocks=args.max_blocks,
+    )
+    if args.output == "json":
+        print(json.dumps(provenance_plain(answer), indent=2))
+    else:
+        sys.stdout.write(provenance_text(answer))
+
+
+def _offset(text: str) -> int:
+    """An argparse type for a record offset (0 or more)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a record offset, a whole number of at least 0")
+    return value
+
+
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
-    """Adds `odf delete`, `odf rename` and `odf inspect lineage|query|schema` to the `odf` parser."""
+    """Adds `odf delete`, `odf rename` and `odf inspect lineage|query|schema|provenance` to the `odf`
+    parser."""
     p = groups.add_parser(
         "delete", parents=[repo_arg], help="delete datasets (their objects become garbage for `odf gc`)"
     )
@@ -206,7 +360,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_rename)
 
     inspect = groups.add_parser(
-        "inspect", help="the lineage of datasets, the history of a query or a schema"
+        "inspect", help="the lineage of datasets, the history of a query or a schema, record provenance"
     ).add_subparsers(dest="command", required=True)
     p = inspect.add_parser(
         "lineage", parents=[repo_arg], help="the dependency graph of the repository's datasets"
@@ -229,3 +383,31 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_schema)
+    p = inspect.add_parser(
+        "provenance",
+        parents=[repo_arg],
+        help="which input records a record (or a block's records) came from, down to the root datasets",
+    )
+    p.add_argument("name")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--offset", type=_offset, metavar="K", help="the record at this offset")
+    which.add_argument(
+        "--block", metavar="HASH", help="the records of this AddData or ExecuteTransform block"
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        "--format",
+        dest="output",
+        choices=("text", "json"),
+        default="text",
+        help="default: text",
+    )
+    p.add_argument(
+        "--max-blocks",
+        type=positive_int,
+        default=DEFAULT_MAX_BLOCKS,
+        metavar="N",
+        help=f"list at most N blocks per dataset, count the rest (default {DEFAULT_MAX_BLOCKS})",
+    )
+    p.set_defaults(func=cmd_provenance)

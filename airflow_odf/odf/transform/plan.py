@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.offsets import consumed_interval
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
@@ -85,10 +86,7 @@ class PlannedInput:
     @property
     def offset_interval(self) -> model.OffsetInterval | None:
         """The records the engine reads, `[prev_offset + 1, new_offset]`, or None when there are none."""
-        if self.new_offset is None:
-            return None
-        start = 0 if self.prev_offset is None else self.prev_offset + 1
-        return model.OffsetInterval(start=start, end=self.new_offset)
+        return consumed_interval(self.prev_offset, self.new_offset)
 
     @property
     def num_records(self) -> int:

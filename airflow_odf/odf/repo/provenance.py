@@ -1,0 +1,325 @@
+"""Record provenance from the metadata chains alone: which input records a dataset's records came from.
+
+An ExecuteTransform says which output offsets a transform step wrote (`newData.offsetInterval`) and, per
+input, which blocks `(prevBlockHash, newBlockHash]` and which records `(prevOffset, newOffset]` that step
+read (`queryInputs`). So for an output record (or a data block) the step that wrote it is known, and the
+records it read; for each input dataset the blocks holding those records, and if it is a derivative,
+the steps that wrote them and what they read, down to the root datasets' AddData blocks.
+
+What this proves, and what it does not: the engine gives a step exactly the records of its intervals,
+so the records of these intervals, and no others, were the inputs of the steps on the way. It does not
+say which of them a query kept, joined or aggregated into the record asked about — the chain records no
+row-level links — so every one of them *may* have contributed. A step that buffers records across steps
+(another engine's checkpoint holding data, not only watermarks) widens that to what earlier steps read.
+
+Bounded work: each dataset's chain is walked once, and only as far back as the records asked of it
+(`ChainIndex`); the records asked of a dataset are kept as merged intervals, and a dataset reached again
+(two paths to one root) is searched only for records not searched yet.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from airflow_odf.odf.chain.block_index import ChainIndex, DataBlock
+from airflow_odf.odf.chain.offsets import Interval, consumed_interval, merged, without
+from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.format import model
+from airflow_odf.odf.format.fields import METADATA_EVENT
+from airflow_odf.odf.format.multiformats import DatasetId, Multihash
+from airflow_odf.odf.repo.repository import Repository, RepositoryError
+
+#: how a dataset's part of the answer stands
+RESOLVED = "resolved"  # every record asked of it found in its chain
+DIVERGED = "diverged"  # found by offset, but a block a reader read is no longer in its chain
+UNRESOLVED = "unresolved"  # some records asked of it are not in its chain (the reasons say which)
+MISSING = "missing"  # the dataset is not in this repository
+
+#: how many blocks of one dataset an answer lists (the rest are counted)
+DEFAULT_MAX_BLOCKS = 1000
+
+WHAT_IT_PROVES = (
+    "the records of these intervals, and no others, were the inputs of the steps that produced it; "
+    "each step read all of its input records, so any of them may have contributed (the chain records "
+    "no row-level links)"
+)
+
+
+class ProvenanceError(RepositoryError):
+    """The question cannot be asked of this dataset: an offset beyond its data, a block not in its
+    chain or that records no data."""
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """What one transform step read of one input: blocks `(prev_block_hash, new_block_hash]`, records
+    `offsets` (None: no record of it)."""
+
+    dataset_id: str
+    name: str | None  # its name in this repository; None: not here (or nameless)
+    prev_block_hash: str | None
+    new_block_hash: str | None
+    offsets: Interval | None
+
+
+@dataclass(frozen=True)
+class ProvenanceBlock:
+    """An AddData or ExecuteTransform block holding records asked about."""
+
+    block_hash: str
+    sequence_number: int
+    system_time: str
+    event: str  # "AddData" or "ExecuteTransform"
+    offsets: Interval | None  # its newData.offsetInterval (None: a block given by hash that wrote none)
+    watermark: str | None
+    source_state: model.SourceState | None  # AddData: the state of the source after it
+    inputs: list[StepInput]  # ExecuteTransform: what the step read
+
+
+@dataclass
+class DatasetProvenance:
+    """One dataset on the way down: the records asked of it and the blocks that hold them."""
+
+    dataset_id: str
+    name: str | None
+    kind: str | None  # Root, Derivative; None when not in this repository or unreadable
+    depth: int  # 0: the dataset asked about; n: n steps upstream of it (the shortest way)
+    status: str = RESOLVED
+    offsets: list[Interval] = field(default_factory=list)  # merged
+    blocks: list[ProvenanceBlock] = field(default_factory=list)  # oldest first, at most max_blocks
+    num_blocks: int = 0
+    reasons: list[str] = field(default_factory=list)  # why it is not RESOLVED
+
+    def flag(self, status: str, reason: str) -> None:
+        order = (RESOLVED, DIVERGED, UNRESOLVED, MISSING)
+        if order.index(status) > order.index(self.status):
+            self.status = status
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """The answer: the dataset asked about first, then its upstream datasets nearest first."""
+
+    dataset: str
+    dataset_id: str
+    offset: int | None
+    block: str | None
+    datasets: list[DatasetProvenance]
+
+
+@dataclass
+class _Asked:
+    """Records asked of a dataset and not yet searched, and the blocks its readers say they read."""
+
+    intervals: list[Interval] = field(default_factory=list)
+    read_up_to: dict[Multihash, str] = field(default_factory=dict)  # newBlockHash -> reader's name
+
+
+class _Walk:
+    """The walk down from one dataset; each dataset met is opened and indexed once."""
+
+    def __init__(self, repo: Repository, max_blocks: int) -> None:
+        self.repo = repo
+        self.max_blocks = max_blocks
+        self.names = {str(e.dataset_id): e.name for e in repo.scan() if e.dataset_id is not None}
+        self.nodes: dict[str, DatasetProvenance] = {}
+        self.indexes: dict[str, ChainIndex | None] = {}
+        self.found: dict[str, list[ProvenanceBlock]] = {}
+        self.searched: dict[str, list[Interval]] = {}
+        self.asked: dict[str, _Asked] = {}
+        self.queue: deque[str] = deque()
+
+    def node(self, did: str, depth: int) -> DatasetProvenance:
+        node = self.nodes.get(did)
+        if node is None:
+            node = self.nodes[did] = DatasetProvenance(did, self.names.get(did), None, depth)
+            self.found[did], self.searched[did] = [], []
+            self._open(node)
+        node.depth = min(node.depth, depth)
+        return node
+
+    def _open(self, node: DatasetProvenance) -> None:
+        dataset = self.repo.dataset_by_id(DatasetId.parse(node.dataset_id))
+        try:
+            head = dataset.head()
+            if head is None:
+                self.indexes[node.dataset_id] = None
+                node.flag(MISSING, "not in this repository: pull it to follow its records further")
+                return
+            kind = dataset.state(record=False).kind
+            node.kind = kind.name.capitalize() if kind is not None else None
+            self.indexes[node.dataset_id] = ChainIndex(dataset, head)
+        except OdfError as e:
+            self.indexes[node.dataset_id] = None
+            node.flag(UNRESOLVED, f"its chain cannot be read: {e}")
+
+    def record(self, did: str, block_hash: Multihash, block: model.MetadataBlock, depth: int) -> None:
+        """Adds a data block to the answer; a transform step's inputs become records asked upstream."""
+        event = block.event
+        assert isinstance(event, model.AddData | model.ExecuteTransform)
+        inputs = []
+        for qi in event.query_inputs if isinstance(event, model.ExecuteTransform) else []:
+            input_id = str(qi.dataset_id)
+            interval = consumed_interval(qi.prev_offset, qi.new_offset)
+            offsets = None if interval is None else (interval.start, interval.end)
+            inputs.append(
+                StepInput(
+                    input_id,
+                    self.names.get(input_id),
+                    None if qi.prev_block_hash is None else str(qi.prev_block_hash),
+                    None if qi.new_block_hash is None else str(qi.new_block_hash),
+                    offsets,
+                )
+            )
+            if offsets is not None:
+                self.ask(input_id, offsets, qi.new_block_hash, self.nodes[did], depth + 1)
+        new_data = event.new_data
+        self.found[did].append(
+            ProvenanceBlock(
+                str(block_hash),
+                block.sequence_number,
+                str(block.system_time),
+                METADATA_EVENT.tag(type(event)),
+                None if new_data is None else (new_data.offset_interval.start, new_data.offset_interval.end),
+                None if event.new_watermark is None else str(event.new_watermark),
+                event.new_source_state if isinstance(event, model.AddData) else None,
+                inputs,
+            )
+        )
+
+    def ask(
+        self,
+        did: str,
+        offsets: Interval,
+        read_up_to: Multihash | None,
+        reader: DatasetProvenance,
+        depth: int,
+    ) -> None:
+        self.node(did, depth)
+        asked = self.asked.setdefault(did, _Asked())
+        asked.intervals.append(offsets)
+        if read_up_to is not None:
+            asked.read_up_to.setdefault(read_up_to, reader.name or reader.dataset_id)
+        if did not in self.queue:
+            self.queue.append(did)
+
+    def run(self) -> None:
+        while self.queue:
+            did = self.queue.popleft()
+            asked = self.asked.pop(did)
+            node = self.nodes[did]
+            node.offsets = merged([*node.offsets, *asked.intervals])
+            index = self.indexes[did]
+            if index is None:
+                continue
+            try:
+                self._search(did, node, index, asked)
+            except OdfError as e:  # a damaged chain upstream: say so, answer the rest
+                node.flag(UNRESOLVED, f"its chain cannot be read: {e}")
+
+    def _search(self, did: str, node: DatasetProvenance, index: ChainIndex, asked: _Asked) -> None:
+        for block_hash, reader in asked.read_up_to.items():
+            if index.sequence_number(block_hash) is None:
+                node.flag(
+                    DIVERGED,
+                    f"block {block_hash}, up to which {reader} read it, is no longer in its chain (it was "
+                    "reset or compacted since): its records are found by offset, which a hard compaction "
+                    "keeps and a reset followed by new data does not",
+                )
+        todo = without(merged(asked.intervals), self.searched[did])
+        self.searched[did] = merged([*self.searched[did], *todo])
+        seen = {b.block_hash for b in self.found[did]}
+        for start, end in todo:
+            covered = start - 1
+            for data in index.data_blocks(start, end):
+                covered = max(covered, data.end)
+                if str(data.block_hash) not in seen:
+                    seen.add(str(data.block_hash))
+                    self.record(did, data.block_hash, index.block(data.block_hash), node.depth)
+            if covered < end:
+                _not_in_chain(node, max(start, covered + 1), end, index.last_offset())
+
+    def answer(self, name: str, target: str, offset: int | None, block: str | None) -> Provenance:
+        for did, node in self.nodes.items():
+            blocks = sorted(self.found[did], key=lambda b: b.sequence_number)
+            node.num_blocks = len(blocks)
+            node.blocks = blocks[: self.max_blocks]
+        datasets = sorted(self.nodes.values(), key=lambda n: n.depth)  # stable: discovery order within
+        return Provenance(name, target, offset, block, datasets)
+
+
+def _not_in_chain(node: DatasetProvenance, start: int, end: int, last: int | None) -> None:
+    held = "it holds no records" if last is None else f"its records are offsets 0..{last}"
+    node.flag(
+        UNRESOLVED,
+        f"offsets {start}..{end} are not in its chain ({held}): it was reset, or compacted with "
+        "--keep-metadata-only, since they were read",
+    )
+
+
+def provenance(
+    repo: Repository,
+    name: str,
+    *,
+    offset: int | None = None,
+    block: str | None = None,
+    max_blocks: int = DEFAULT_MAX_BLOCKS,
+) -> Provenance:
+    """The provenance of one record (`offset`) or of the records of one block (`block`, a hash) of
+    the dataset `name`, down to the root datasets."""
+    if (offset is None) == (block is None):
+        raise ProvenanceError("ask about an offset or a block, one of them")
+    did = str(repo.resolve(name))
+    walk = _Walk(repo, max_blocks)
+    node = walk.node(did, 0)
+    index = walk.indexes[did]
+    if index is None:
+        raise ProvenanceError(f"{name}: {'; '.join(node.reasons)}")
+    if offset is not None:
+        block_hash, asked = _block_of_offset(index, name, offset)
+    else:
+        block_hash, asked = _block_by_hash(index, name, block or "")
+    node.offsets = asked
+    walk.searched[did] = asked
+    walk.record(did, block_hash, index.block(block_hash), 0)
+    walk.run()
+    return walk.answer(name, did, offset, None if block is None else str(block_hash))
+
+
+def _block_of_offset(index: ChainIndex, name: str, offset: int) -> tuple[Multihash, list[Interval]]:
+    last = index.last_offset()
+    if last is None:
+        raise ProvenanceError(f"{name} has no records yet: there is no offset {offset}")
+    if not 0 <= offset <= last:
+        raise ProvenanceError(
+            f"offset {offset} is beyond the data of {name}: its records are offsets 0..{last}"
+        )
+    found: list[DataBlock] = index.data_blocks(offset, offset)
+    if len(found) != 1:
+        raise ProvenanceError(
+            f"{name}: {len(found)} blocks hold offset {offset}; the chain is damaged (`odf verify {name}`)"
+        )
+    return found[0].block_hash, [(offset, offset)]
+
+
+def _block_by_hash(index: ChainIndex, name: str, text: str) -> tuple[Multihash, list[Interval]]:
+    try:
+        block_hash = Multihash.parse(text)
+    except OdfError as e:
+        raise ProvenanceError(f"{text!r} is not a block hash: {e}") from None
+    if index.sequence_number(block_hash) is None:
+        raise ProvenanceError(
+            f"block {block_hash} is not in the chain of {name} (head {index.head}): `odf log {name}` "
+            "lists its blocks"
+        )
+    event = index.block(block_hash).event
+    if not isinstance(event, model.AddData | model.ExecuteTransform):
+        raise ProvenanceError(
+            f"block {block_hash} of {name} is a {METADATA_EVENT.tag(type(event))}: only AddData and "
+            "ExecuteTransform blocks hold records"
+        )
+    data = event.new_data
+    return block_hash, [] if data is None else [(data.offset_interval.start, data.offset_interval.end)]
