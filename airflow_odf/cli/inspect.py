@@ -15,6 +15,7 @@ from typing import Any
 
 from airflow_odf.cli.errors import CommandError, positive_int
 from airflow_odf.cli.schema import changes_plain, print_changes
+from airflow_odf.odf.chain.offsets import Interval, interval_plain
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.manifests import table_to_plain
 from airflow_odf.odf.repo.history import QueryVersion, SchemaVersion, query_history, schema_history
@@ -203,8 +204,8 @@ def cmd_schema(args: argparse.Namespace) -> None:
 # ----- record provenance -----
 
 
-def _interval_plain(interval: tuple[int, int] | None) -> dict[str, int] | None:
-    return None if interval is None else {"start": interval[0], "end": interval[1]}
+def _interval_plain(interval: Interval | None) -> dict[str, int] | None:
+    return None if interval is None else interval_plain(interval)
 
 
 def _step_input_plain(i: StepInput) -> dict[str, Any]:
@@ -258,7 +259,7 @@ def provenance_plain(answer: Provenance) -> dict[str, Any]:
     }
 
 
-def _intervals_text(intervals: list[tuple[int, int]]) -> str:
+def _intervals_text(intervals: list[Interval]) -> str:
     return ", ".join(str(a) if a == b else f"{a}..{b}" for a, b in intervals) or "none"
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from airflow_odf.odf.chain.dataset import STAGING_PREFIX, Dataset, StagedObject
+from airflow_odf.odf.chain.offsets import Interval, consumed_interval, interval_plain, merged
 from airflow_odf.odf.chain.reconcile import Reconciliation
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import (
@@ -66,6 +67,8 @@ class IngestResult:
     records: int = 0
     quarantined: int = 0
     reconciliation: Reconciliation = field(default_factory=Reconciliation)
+    # a transform's: input DID -> the offsets its own ExecuteTransforms read of it (merged); None: an ingest
+    input_offsets: dict[str, list[Interval]] | None = None
 
     @property
     def up_to_date(self) -> bool:
@@ -84,7 +87,22 @@ class IngestResult:
         }
         if self.reconciliation.lost_races:
             plain["reconciled"] = self.reconciliation.as_dict()
+        if self.input_offsets is not None:
+            plain["input_offsets"] = {
+                did: [interval_plain(i) for i in intervals] for did, intervals in self.input_offsets.items()
+            }
         return plain
+
+    def add_inputs_read(self, event: model.ExecuteTransform) -> None:
+        """Counts what one committed ExecuteTransform read of each input into `input_offsets`."""
+        offsets = self.input_offsets if self.input_offsets is not None else {}
+        for qi in event.query_inputs:
+            interval = consumed_interval(qi.prev_offset, qi.new_offset)
+            read = offsets.get(str(qi.dataset_id), [])
+            offsets[str(qi.dataset_id)] = (
+                read if interval is None else merged([*read, (interval.start, interval.end)])
+            )
+        self.input_offsets = offsets
 
 
 class operation_dir:

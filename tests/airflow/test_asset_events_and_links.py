@@ -1,7 +1,7 @@
 """Asset events only for commits, and the "ODF dataset" extra link: `report()` against Airflow's own
 outlet-event accessors, the URL template, then example DAG 1 run twice for real — the first run commits
-(one asset event per written dataset, its link in XCom), the second finds everything up to date (no
-asset event, so nothing scheduled on the datasets runs for it)."""
+(one asset event per written dataset, its link in XCom, the transform's input offsets in its XCom), the
+second finds everything up to date (no asset event, so nothing scheduled on the datasets runs for it)."""
 
 from __future__ import annotations
 
@@ -115,6 +115,10 @@ def test_a_committing_run_emits_one_event_per_dataset_an_up_to_date_run_none(
         # the link, computed by the worker from the task's XCom when the task ended
         assert xcom(first, task_id, key=LINK_KEY) == links[task_id]
     assert xcom(first, "verify_daily", key=LINK_KEY) == links["transform_daily"]  # reads `head`
+    # the transform's XCom: the offsets of each input its ExecuteTransform(s) read
+    last = repo.dataset("com.example.trades").state().last_offset
+    trades = str(repo.resolve("com.example.trades"))
+    assert xcom(first, "transform_daily")["input_offsets"] == {trades: [{"start": 0, "end": last}]}
     assert xcom(first, "apply_manifests", key=LINK_KEY) == ""  # one task, several datasets
 
     second = dag.test()
@@ -122,5 +126,6 @@ def test_a_committing_run_emits_one_event_per_dataset_an_up_to_date_run_none(
     for task_id in ("ingest_trades", "transform_daily"):
         result = xcom(second, task_id)
         assert result["up_to_date"] and result["new_blocks"] == []
+        assert result.get("input_offsets", {}) == {}  # a transform that read nothing; an ingest has none
         assert xcom(second, task_id, key=LINK_KEY) == links[task_id]  # the head did not move
     assert _run_events(second) == {}

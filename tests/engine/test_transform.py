@@ -166,3 +166,38 @@ def test_odf_transform_command(
     assert "expected ALIAS=HASH" in capsys.readouterr().err
     assert main([*base, "--input-head", "nope=" + first]) == 2
     assert "nope" in capsys.readouterr().err
+
+
+def test_provenance_of_a_transformed_record_and_the_offsets_read(
+    repo: Repository, runner: LocalSparkRunner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real transform in two batches: the result (the operator's XCom) says which offsets of the input
+    its ExecuteTransforms read, and `odf inspect provenance` leads from an output record to the
+    input's AddData blocks that hold what its step read."""
+    first = _push(repo, runner, tmp_path, "2024-01-02T10:00:00Z,ACME,1.5\n2024-01-02T11:00:00Z,INIT,2\n", T1)
+    second = _push(repo, runner, tmp_path, "2024-01-03T10:00:00Z,ACME,2.5\n", T2)
+    trades = str(repo.resolve("trades"))
+    options = TransformOptions(work_dir=tmp_path / "w", max_input_records=2)  # one batch per slice
+    result = run_transform(repo, "acme", runner, options, system_time=T3)
+    assert result.as_dict()["input_offsets"] == {trades: [{"start": 0, "end": 2}]}
+    assert run_transform(repo, "acme", runner, options, system_time=T3).as_dict()["input_offsets"] == {}
+
+    assert (
+        main(["inspect", "provenance", "acme", "--offset", "1", "-o", "json", "--repo", str(repo.root)]) == 0
+    )
+    acme, root = json.loads(capsys.readouterr().out)["datasets"]
+    derivative = repo.dataset("acme")
+    [step] = acme["blocks"]
+    assert (step["block"], step["offsets"]) == (str(derivative.head()), {"start": 1, "end": 1})
+    assert step["inputs"] == [
+        {
+            "dataset_id": trades,
+            "name": "trades",
+            "prev_block_hash": first,
+            "new_block_hash": second,
+            "offsets": {"start": 2, "end": 2},
+        }
+    ]
+    assert (root["name"], root["status"], root["offsets"]) == ("trades", "resolved", [{"start": 2, "end": 2}])
+    assert [b["block"] for b in root["blocks"]] == [second]
+    assert root["blocks"][0]["watermark"] == "2024-01-03T10:00:00Z"

@@ -23,6 +23,7 @@ from airflow_odf.odf.chain.offsets import consumed_interval, merged, without
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.operation import IngestResult
 from airflow_odf.odf.repo.provenance import (
     DIVERGED,
     MISSING,
@@ -459,3 +460,22 @@ def test_the_index_walks_only_as_far_back_as_asked(chains: Chains, monkeypatch: 
     walked = len(read)
     assert index.data_blocks(3, 3)[0].end == 4 and index.last_offset() == 9
     assert len(read) == walked == 5  # Seed, SetDataSchema... each block once: nothing read again
+
+
+def test_a_transform_result_counts_the_offsets_its_steps_read(chains: Chains) -> None:
+    """The transform operator's XCom `input_offsets`: per input, what its own ExecuteTransforms read,
+    merged; an input it read nothing of has an empty list; an ingest's result has no such key."""
+    result = IngestResult("joined", did(chains, "joined"), None, None, input_offsets={})
+    for step in chains.steps("joined", [({"prices": 1}, 1)]):
+        result.add_inputs_read(chains.repo.dataset("joined").block(step).event)
+    assert result.as_dict()["input_offsets"] == {
+        did(chains, "trades"): [],
+        did(chains, "prices"): [{"start": 2, "end": 3}],
+    }
+    first = chains.repo.dataset("joined").block(Multihash.parse(block(chains, "joined", 0))).event
+    result.add_inputs_read(first)
+    assert result.as_dict()["input_offsets"] == {
+        did(chains, "trades"): [{"start": 0, "end": 4}],
+        did(chains, "prices"): [{"start": 0, "end": 3}],
+    }
+    assert "input_offsets" not in IngestResult("trades", did(chains, "trades"), None, None).as_dict()

@@ -99,7 +99,7 @@ def run_transform(
     dataset = repo.dataset(name)
     state = dataset.state()
     head = None if state.head is None else str(state.head)
-    result = IngestResult(name, str(state.dataset_id), head, head)
+    result = IngestResult(name, str(state.dataset_id), head, head, input_offsets={})
 
     def attempt(current: ChainState) -> ChainState:
         return _plan_and_run(repo, dataset, current, name, runner, options, result, system_time)
@@ -420,5 +420,6 @@ def _run_batch(
     result.new_head = str(commit.new_head)
     result.new_blocks += [str(h) for h in commit.new_blocks]
     result.records += output.num_records
+    result.add_inputs_read(output.execute_transform)
     options.log(f"{name}: committed {len(commit.new_blocks)} block(s), {output.num_records} record(s)")
     return commit.state
