@@ -27,6 +27,7 @@ from airflow_odf.cli.errors import (
     positive_int,
 )
 from airflow_odf.cli.inspect import register as register_inspect_commands
+from airflow_odf.cli.keys import register as register_keys_commands
 from airflow_odf.cli.query import register as register_query_commands
 from airflow_odf.cli.schema import expand_shorthand
 from airflow_odf.cli.schema import register as register_schema_commands
@@ -419,6 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     register_sync_commands(groups, repo_arg)
     register_compact_commands(groups, repo_arg)
     register_inspect_commands(groups, repo_arg)
+    register_keys_commands(groups, repo_arg)
     register_query_commands(groups, repo_arg)
     register_engine_commands(groups)
     return parser
