@@ -2,31 +2,41 @@
 
 The connection's host is the repository URL — `file:///data/odf` (or a plain path), `s3://bucket/prefix`,
 `http(s)://host/repo` — and its extras carry the credentials: `aws_conn_id` (or `aws_access_key_id` /
-`aws_secret_access_key`, `aws_session_token`, `endpoint_url`) for S3, `token` for HTTP, and `work_dir`
-places the scratch space the engine works in. Every secret
-the hook reads (passwords, tokens, keys, a password in the URL) is registered with Airflow's secrets
-masker, and URLs in its messages are redacted. The hook only resolves the connection; opening the
-repository is the core's job.
+`aws_secret_access_key`, `aws_session_token`, `endpoint_url`) for S3, `token` for HTTP, `work_dir`
+places the scratch space the engine works in, and `dataset_keys`, `node_key` and `keys_dir` the private
+keys of the datasets owned here (docs/keys.md). Every secret the hook reads (passwords, tokens, keys, a
+password in the URL) is registered with Airflow's secrets masker, and URLs in its messages are
+redacted. The hook only resolves the connection; opening the repository is the core's job.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 from airflow.sdk import BaseHook
 from airflow.sdk.log import mask_secret
 
 from airflow_odf.odf.errors import OdfError
-from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.identity.keys import KeyStore, default_keys_dir
+from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository
 from airflow_odf.odf.storage.redact import redact_text, redact_url
 from airflow_odf.odf.storage.url import StoreCredentials, join_url, open_store, spark_s3a_conf
 from airflow_odf.utils.s3a import S3A_SECRET_KEYS, with_s3a_conf
 
+T = TypeVar("T")
+
 SCHEMES = ("file", "s3", "s3+http", "s3+https", "http", "https")
 #: Extras that hold secrets, masked whatever Airflow's list of sensitive field names says.
 SECRET_EXTRAS = ("token", "aws_secret_access_key", "aws_session_token", "password")
+#: Extras that hold private keys: `dataset_keys` (an object of dataset name or DID -> key), `node_key`.
+KEY_EXTRAS = ("dataset_keys", "node_key")
 
 
 class OdfRepoHook(BaseHook):
@@ -137,11 +147,35 @@ class OdfRepoHook(BaseHook):
         work_dir = self.work_dir()
         if parts.scheme != "file":
             store = open_store(url, credentials=self.store_credentials())
-            return Repository.in_store(store, url, create=create, work_dir=work_dir)
-        root = Path(unquote(parts.path))
-        if create and not _is_repository(root):
-            return Repository.init(root, work_dir=work_dir)
-        return Repository.open(root, work_dir=work_dir)
+            keys = self.key_store(None)
+            repo = Repository.in_store(store, url, create=create, work_dir=work_dir, keys=keys)
+        else:
+            root = Path(unquote(parts.path))
+            keys = self.key_store(root)
+            if create and not _is_repository(root):
+                repo = Repository.init(root, work_dir=work_dir, keys=keys)
+            else:
+                repo = Repository.open(root, work_dir=work_dir, keys=keys)
+        self._in_connection(partial(keys.check_given_names, partial(_dataset_or_none, repo)))
+        return repo
+
+    def key_store(self, local_root: Path | None) -> KeyStore:
+        """The repository's private keys: those the extras give (`dataset_keys`: dataset name or DID ->
+        PKCS#8 PEM or multibase key; `node_key`), best kept in a secrets backend, then the folder
+        `keys_dir` (else the core's default for a repository at `local_root`, or in an object store
+        when None), where the keys of datasets created by tasks are written."""
+        extra = self._connection(self.odf_conn_id).extra_dejson
+        folder = Path(extra["keys_dir"]) if extra.get("keys_dir") else default_keys_dir(local_root)
+        return self._in_connection(
+            lambda: KeyStore(folder, extra=_dataset_keys(extra), node_key=extra.get("node_key") or None)
+        )
+
+    def _in_connection(self, make: Callable[[], T]) -> T:
+        """`make()`, its OdfError naming this connection (a key's problem says which key, never the key)."""
+        try:
+            return make()
+        except OdfError as e:
+            raise OdfError(f"connection {self.odf_conn_id!r}: {e}") from None
 
     def work_dir(self) -> Path | None:
         """The extra `work_dir`: the repository's scratch space (default: $ODF_WORK_DIR, else inside a
@@ -181,7 +215,40 @@ def _mask_secrets(conn: Any) -> None:
     for key in SECRET_EXTRAS:
         if extra.get(key):
             mask_secret(str(extra[key]))
+    for text in _key_texts(extra):
+        mask_secret(text)
     mask_secret(extra)
+
+
+def _key_texts(extra: dict[str, Any]) -> list[str]:
+    """What to mask of the keys of a connection: each key text, and each line of it but PEM armour
+    (a PKCS#8 ed25519 key is one base64 line, which a log could show alone); a `dataset_keys` that does
+    not parse is masked whole."""
+    texts = [str(extra[name]) for name in KEY_EXTRAS if isinstance(extra.get(name), str) and extra[name]]
+    with contextlib.suppress(OdfError):
+        texts += [str(text) for text in _dataset_keys(extra).values()]
+    lines = [line.strip() for text in texts for line in text.splitlines()]
+    return texts + [line for line in lines if line and not line.startswith("-----")]
+
+
+def _dataset_keys(extra: dict[str, Any]) -> dict[str, str]:
+    """The extra `dataset_keys`: an object, or a JSON text of one (as a secrets backend may store it)."""
+    value = extra.get("dataset_keys") or {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            value = None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise OdfError("extra dataset_keys: expected a JSON object of dataset name or DID -> key text")
+    return value
+
+
+def _dataset_or_none(repo: Repository, name: str) -> DatasetId | None:
+    try:
+        return repo.resolve(name, damaged=True)
+    except DatasetNotFoundError:
+        return None
 
 
 def _url_of(conn_type: str, host: str, port: int | None, schema: str | None, extra: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ from airflow_odf.odf.engine_client.fast_start import class_archive_path
 from airflow_odf.odf.engine_client.runner import EngineRunError, job_script
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
+from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.identity.keys import export_text, private_key_pem
 from airflow_odf.odf.repo.repository import Repository
 from tests.unit.test_engine_deadline import _alive
 
@@ -263,6 +266,107 @@ def test_every_secret_the_hook_reads_is_masked(
     logger, handler = masked_log
     logger.info("%s %s %s %s", session, aws_session, aws_password, url_password)
     assert handler.lines == ["*** *** *** ***"]
+
+
+# --------------------------------------------------------------------------------------------------
+# OdfRepoHook: keys
+# --------------------------------------------------------------------------------------------------
+
+
+def _made_here(root: Path) -> tuple[DatasetId, bytes]:
+    """A dataset created in a repository at `root`; its key, taken out of the repository's key folder
+    (as if it had been moved into a secrets backend)."""
+    repo = Repository.init(root)
+    did = repo.add(model.DatasetSnapshot(name="owned", kind=model.DatasetKind.ROOT, metadata=[])).dataset_id
+    secret = repo.keys.secret(did)
+    assert secret is not None
+    shutil.rmtree(root / ".odf-keys")
+    return did, secret
+
+
+def test_the_connection_gives_dataset_and_node_keys_and_a_folder_for_new_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, folder = tmp_path / "repo", tmp_path / "keys"
+    did, secret = _made_here(root)
+    other_did, other = DatasetId.generate()
+    node = DatasetId.generate()[1]
+    dataset_keys = {"owned": private_key_pem(secret).decode(), str(other_did): export_text(other)}
+    extra = {"dataset_keys": dataset_keys, "node_key": export_text(node), "keys_dir": str(folder)}
+    _json_conn(monkeypatch, "odf_keys", host=root.as_uri(), extra=extra)
+    repo = OdfRepoHook("odf_keys").get_conn()
+    assert repo.keys.secret(did) == secret and repo.keys.secret(other_did) == other
+    assert repo.keys.node_secret() == node
+    assert "PRIVATE" not in repr(repo.keys)
+
+    created = repo.add(model.DatasetSnapshot(name="new", kind=model.DatasetKind.ROOT, metadata=[])).dataset_id
+    (stored,) = folder.iterdir()  # a dataset a task creates keeps its key in the folder `keys_dir` names
+    assert stored.name == str(created).removeprefix("did:odf:") + ".key"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700 and stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert not (root / ".odf-keys").exists()
+
+    _json_conn(
+        monkeypatch, "odf_keys_text", host=root.as_uri(), extra={"dataset_keys": json.dumps(dataset_keys)}
+    )
+    repo = OdfRepoHook("odf_keys_text").get_conn()  # a secrets backend may keep the object as JSON text
+    assert repo.keys.secret(did) == secret
+    assert repo.keys.folder == root / ".odf-keys"  # without keys_dir: the core's default
+
+
+def test_every_form_of_a_connection_key_is_masked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, masked_log: tuple[logging.Logger, _Captured]
+) -> None:
+    root = tmp_path / "repo"
+    _did, secret = _made_here(root)
+    node = DatasetId.generate()[1]
+    pem = private_key_pem(secret).decode()
+    _json_conn(
+        monkeypatch,
+        "odf_masked",
+        host=root.as_uri(),
+        extra={"dataset_keys": {"owned": pem}, "node_key": export_text(node)},
+    )
+    OdfRepoHook("odf_masked").get_conn()
+    logger, handler = masked_log
+    body = pem.splitlines()[1]  # an ed25519 PKCS#8 key is this one line
+    logger.info("pem %s", pem)
+    logger.info("line %s; node %s", body, export_text(node))
+    assert handler.lines == ["pem ***", "line ***; node ***"]
+
+
+def test_a_bad_connection_key_is_one_line_naming_the_connection_never_the_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, masked_log: tuple[logging.Logger, _Captured]
+) -> None:
+    root = tmp_path / "repo"
+    did, _secret = _made_here(root)
+    wrong_did, wrong = DatasetId.generate()
+
+    def refusal(dataset_keys: object) -> str:
+        _json_conn(monkeypatch, "odf_bad_keys", host=root.as_uri(), extra={"dataset_keys": dataset_keys})
+        with pytest.raises(OdfError) as e:
+            OdfRepoHook("odf_bad_keys").get_conn()
+        message = str(e.value)
+        assert "\n" not in message and export_text(wrong)[1:] not in message
+        return message
+
+    assert refusal({"owned": export_text(wrong)}) == (
+        f"connection 'odf_bad_keys': key 'owned' is the key of {wrong_did}, not of {did}"
+    )
+    assert refusal({str(did): export_text(wrong)}) == (
+        f"connection 'odf_bad_keys': key '{did}' is the key of {wrong_did}, not of {did}"
+    )
+    assert refusal({"owned": export_text(wrong) + "!"}) == (
+        "connection 'odf_bad_keys': key 'owned': "
+        "not an ed25519 private key (PKCS#8 PEM or multibase u…, z…, f…)"
+    )
+    unparsed = '{"owned": "' + export_text(wrong)
+    assert refusal(unparsed) == (
+        "connection 'odf_bad_keys': extra dataset_keys: "
+        "expected a JSON object of dataset name or DID -> key text"
+    )
+    logger, handler = masked_log
+    logger.info("%s", unparsed)
+    assert handler.lines == ["***"]  # masked whole, though it does not parse
 
 
 # --------------------------------------------------------------------------------------------------
