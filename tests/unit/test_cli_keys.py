@@ -20,6 +20,7 @@ import pytest
 from airflow_odf.odf.format.multiformats import DatasetId
 from airflow_odf.odf.identity.keys import KEYS_DIR_ENV, export_text, parse_private_key, private_key_pem
 from airflow_odf.odf.identity.signing import public_key_of
+from tests.paths import REPO
 
 ODF = Path(sys.executable).parent / "odf"
 
@@ -250,3 +251,24 @@ def test_node_key_export_and_import(here: Path) -> None:
     )
     ok("keys", "import", "--node", "new.pem", "--repo", "b", "--force", cwd=here)
     assert listing("b", here)["node"] != {"id": node}
+
+
+def test_the_example_of_the_docs_runs_and_publishes_no_key(tmp_path: Path) -> None:
+    """docs/keys.md, "Example", as a reader runs it: the ownership moves, and no published object holds
+    the key in any form."""
+    doc = (REPO / "docs" / "keys.md").read_text(encoding="utf-8")
+    script = doc.split("\n## Example\n", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    env = {k: v for k, v in os.environ.items() if k not in (KEYS_DIR_ENV, "ODF_REPO")}
+    env |= {"TMPDIR": str(tmp_path), "PATH": f"{ODF.parent}{os.pathsep}{env['PATH']}"}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, env=env, timeout=120)
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    (work,) = [p for p in tmp_path.iterdir() if p.name != "config"]
+    server, laptop = listing("server", work), listing("laptop", work)
+    assert [d["key"] for d in server["datasets"]] == ["owned"]
+    assert [d["key"] for d in laptop["datasets"]] == ["read-only"]
+    (stored,) = (work / "server" / ".odf-keys").glob("fed01*.key")
+    secret = parse_private_key(stored.read_bytes(), "stored")
+    forms = [secret, export_text(secret).encode(), private_key_pem(secret).splitlines()[1]]
+    published = [p for p in (work / "published").rglob("*") if p.is_file()]
+    assert published and not [p for p in published for form in forms if form in p.read_bytes()]
