@@ -231,6 +231,7 @@ def _provenance_block_plain(b: ProvenanceBlock) -> dict[str, Any]:
         if state is None
         else {"source_name": state.source_name, "kind": state.kind, "value": state.value},
         "inputs": [_step_input_plain(i) for i in b.inputs],
+        "in_chain": b.in_chain,
     }
 
 
@@ -273,6 +274,8 @@ def _provenance_block_text(b: ProvenanceBlock, last: bool) -> list[str]:
     if b.source_state is not None:
         s = b.source_state
         line += f"  source {_printable(s.source_name)} {_printable(s.kind)} {_printable(s.value)}"
+    if not b.in_chain:
+        line += "  (no longer in its chain)"
     lines = [line]
     lead = "   " if last else "│  "
     for k, i in enumerate(b.inputs):

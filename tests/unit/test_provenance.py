@@ -19,6 +19,7 @@ import pytest
 from airflow_odf.cli.main import main
 from airflow_odf.odf.chain.block_index import ChainIndex
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.integrity import collect_garbage
 from airflow_odf.odf.chain.offsets import consumed_interval, merged, without
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, DatasetId, Multihash
@@ -35,21 +36,7 @@ from airflow_odf.odf.repo.provenance import (
     provenance,
 )
 from airflow_odf.odf.repo.repository import Repository
-
-T0 = Timestamp.parse("2024-01-01T00:00:00Z")
-SCHEMA = model.SetDataSchema(
-    schema=model.DataSchema(
-        fields=[
-            model.DataField(name="offset", type=model.DataTypeInt64()),
-            model.DataField(name="op", type=model.DataTypeInt32()),
-            model.DataField(
-                name="system_time", type=model.DataTypeTimestamp(unit=model.TimeUnit.MILLISECOND)
-            ),
-            model.DataField(name="event_time", type=model.DataTypeTimestamp(unit=model.TimeUnit.MILLISECOND)),
-            model.DataField(name="value", type=model.DataTypeInt64()),
-        ]
-    )
-)
+from tests.unit.test_transform_plan import SCHEMA, T0, derivative
 
 
 def _slice(tag: str, start: int, records: int) -> model.DataSlice:
@@ -110,14 +97,8 @@ class Chains:
         return self._commit(name, events, self._last(name))
 
     def derivative(self, name: str, *inputs: str) -> None:
-        transform = model.SetTransform(
-            inputs=[model.TransformInput(dataset_ref=i, alias=i) for i in inputs],
-            transform=model.TransformSql(engine="spark", query=f"SELECT * FROM `{inputs[0]}`"),
-        )
-        self.repo.add(
-            model.DatasetSnapshot(name=name, kind=model.DatasetKind.DERIVATIVE, metadata=[transform]),
-            system_time=T0,
-        )
+        """A derivative reading the given datasets, each by its name as alias."""
+        derivative(self.repo, [(i, i) for i in inputs], name)
         self.data[name] = []
         self.read[name] = {}
 
@@ -262,28 +243,57 @@ def test_an_input_not_in_the_repository_is_missing_with_what_was_read_of_it(chai
     assert trades.status == RESOLVED and joined.blocks[0].inputs[1].name is None
 
 
-def test_a_compacted_input_is_found_by_offset_and_said_to_have_diverged(chains: Chains) -> None:
-    trades = chains.repo.dataset("trades")
+def _compact(c: Chains) -> Multihash:
+    """Rebuilds trades' chain as a hard compaction does: its ten records in one new AddData block."""
+    trades = c.repo.dataset("trades")
     [schema_block] = [h for h, b in trades.iter_blocks() if isinstance(b.event, model.SetDataSchema)]
-    trades.reset(schema_block)  # then one AddData of all ten records: a hard compaction's chain
-    merged_block = trades.commit([model.AddData(new_data=_slice("merged", 0, 10))], system_time=T0).new_head
-    _, daily, found = provenance(chains.repo, "weekly", offset=0).datasets
+    trades.reset(schema_block)
+    return trades.commit([model.AddData(new_data=_slice("merged", 0, 10))], system_time=T0).new_head
+
+
+def test_a_compacted_input_shows_the_blocks_read_while_they_are_in_the_store(chains: Chains) -> None:
+    _compact(chains)
+    _, daily, trades = provenance(chains.repo, "weekly", offset=0).datasets
+    assert daily.status == RESOLVED and all(b.in_chain for b in daily.blocks)
+    assert (trades.status, [b.block_hash for b in trades.blocks]) == (
+        DIVERGED,
+        [block(chains, "trades", 0), block(chains, "trades", 2)],
+    )
+    assert [b.in_chain for b in trades.blocks] == [False, False]
+    [reason] = trades.reasons
+    assert reason.startswith("blocks daily read hold records that are no longer in its chain")
+
+
+def test_after_gc_a_compacted_input_is_found_by_offset(chains: Chains) -> None:
+    merged_block = _compact(chains)
+    collect_garbage(chains.repo.dataset("trades"), min_age_seconds=0)
+    _, daily, trades = provenance(chains.repo, "weekly", offset=0).datasets
     assert daily.status == RESOLVED
-    assert (found.status, [b.block_hash for b in found.blocks]) == (DIVERGED, [str(merged_block)])
-    assert len(found.reasons) == 2  # both blocks daily read up to are gone
-    assert block(chains, "trades", 0) in found.reasons[0] and "daily" in found.reasons[0]
-    assert "reset or compacted" in found.reasons[0]
+    assert (trades.status, [b.block_hash for b in trades.blocks]) == (DIVERGED, [str(merged_block)])
+    assert trades.offsets == [(0, 2), (5, 9)] and trades.blocks[0].in_chain
+    [reason] = trades.reasons
+    assert reason.startswith("blocks daily read are no longer in the repository")
 
 
-def test_records_no_longer_in_a_reset_input_are_unresolved(chains: Chains) -> None:
+def test_records_no_longer_in_a_reset_input(chains: Chains) -> None:
     chains.repo.dataset("trades").reset(chains.data["trades"][0][0])  # back to offsets 0..2
+    *_, trades = provenance(chains.repo, "weekly", offset=0).datasets
+    assert trades.status == DIVERGED  # the blocks read are in the store still: shown as read
+    assert [(b.block_hash, b.in_chain) for b in trades.blocks] == [
+        (block(chains, "trades", 0), True),
+        (block(chains, "trades", 2), False),
+    ]
+    collect_garbage(chains.repo.dataset("trades"), min_age_seconds=0)
     *_, trades = provenance(chains.repo, "weekly", offset=0).datasets
     assert trades.status == UNRESOLVED
     assert [b.block_hash for b in trades.blocks] == [block(chains, "trades", 0)]  # 0..2 still there
-    assert any(
-        "offsets 5..9 are not in its chain (its records are offsets 0..2)" in r for r in trades.reasons
-    )
-    assert any("no longer in its chain" in r for r in trades.reasons)
+    assert trades.reasons == [
+        "blocks daily read are no longer in the repository (it was reset or compacted since, then `odf gc` "
+        "ran): its records are found by offset in its chain now, which a hard compaction keeps and a reset "
+        "followed by new data does not",
+        "offsets 5..9 are not in its chain (its records are offsets 0..2): it was reset, or compacted with "
+        "--keep-metadata-only, since they were read",
+    ]
 
 
 def test_a_block_gives_all_its_records_and_a_step_that_wrote_nothing_its_inputs(chains: Chains) -> None:
@@ -368,6 +378,7 @@ def test_json_output(chains: Chains, capsys: pytest.CaptureFixture[str]) -> None
                 "watermark": "2024-01-01T00:00:00Z",
                 "source_state": {"source_name": "default", "kind": "odf/etag", "value": '"0"'},
                 "inputs": [],
+                "in_chain": True,
             }
         ],
     }

@@ -12,9 +12,17 @@ say which of them a query kept, joined or aggregated into the record asked about
 row-level links — so every one of them *may* have contributed. A step that buffers records across steps
 (another engine's checkpoint holding data, not only watermarks) widens that to what earlier steps read.
 
-Bounded work: each dataset's chain is walked once, and only as far back as the records asked of it
-(`ChainIndex`); the records asked of a dataset are kept as merged intervals, and a dataset reached again
-(two paths to one root) is searched only for records not searched yet.
+Bounded work: each dataset met is opened once and each of its blocks read at most once (`ChainIndex`).
+The dataset asked about is read from its head only as far back as the record asked; an input only in
+the block range `(prevBlockHash, newBlockHash]` its reader recorded, and only as far as the offsets read
+— a few blocks wherever they are in its chain. Only when those blocks are gone (the input was reset or
+compacted, then `odf gc` ran) is it searched by offset from its head. The records asked of a dataset are
+kept as merged intervals, and a dataset reached again (two paths to one root) is searched only for
+records not searched yet.
+
+A block's `in_chain` says whether its records are the dataset's records now (its data slice is one of
+the chain's): a reader's blocks stay readable after a reset or a compaction until `odf gc`, and are
+shown as they were read, the dataset `diverged`.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from airflow_odf.odf.chain.block_index import ChainIndex, DataBlock
+from airflow_odf.odf.chain.block_index import ChainIndex, IndexedBlock
 from airflow_odf.odf.chain.offsets import Interval, consumed_interval, merged, without
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
@@ -32,7 +40,7 @@ from airflow_odf.odf.repo.repository import Repository, RepositoryError
 
 #: how a dataset's part of the answer stands
 RESOLVED = "resolved"  # every record asked of it found in its chain
-DIVERGED = "diverged"  # found by offset, but a block a reader read is no longer in its chain
+DIVERGED = "diverged"  # what a reader read is no longer in its chain: reset or compacted since
 UNRESOLVED = "unresolved"  # some records asked of it are not in its chain (the reasons say which)
 MISSING = "missing"  # the dataset is not in this repository
 
@@ -75,6 +83,7 @@ class ProvenanceBlock:
     watermark: str | None
     source_state: model.SourceState | None  # AddData: the state of the source after it
     inputs: list[StepInput]  # ExecuteTransform: what the step read
+    in_chain: bool = True  # False: its records are no longer in the dataset's chain (reset, compacted)
 
 
 @dataclass
@@ -110,16 +119,18 @@ class Provenance:
     datasets: list[DatasetProvenance]
 
 
-@dataclass
-class _Asked:
-    """Records asked of a dataset and not yet searched, and the blocks its readers say they read."""
+@dataclass(frozen=True)
+class _Read:
+    """Records a transform step read of a dataset: their offsets and the block range it recorded."""
 
-    intervals: list[Interval] = field(default_factory=list)
-    read_up_to: dict[Multihash, str] = field(default_factory=dict)  # newBlockHash -> reader's name
+    offsets: Interval
+    prev_block: Multihash | None
+    new_block: Multihash | None
+    reader: str  # the reading dataset's name (its DID when nameless), for the reasons
 
 
 class _Walk:
-    """The walk down from one dataset; each dataset met is opened and indexed once."""
+    """The walk down from one dataset; each dataset met is opened once, each of its blocks read once."""
 
     def __init__(self, repo: Repository, max_blocks: int) -> None:
         self.repo = repo
@@ -127,39 +138,41 @@ class _Walk:
         self.names = {str(e.dataset_id): e.name for e in repo.scan() if e.dataset_id is not None}
         self.nodes: dict[str, DatasetProvenance] = {}
         self.indexes: dict[str, ChainIndex | None] = {}
-        self.found: dict[str, list[ProvenanceBlock]] = {}
+        self.slices: dict[str, set[str]] = {}  # the physical hashes of its chain's data slices now
+        self.found: dict[str, dict[str, ProvenanceBlock]] = {}
         self.searched: dict[str, list[Interval]] = {}
-        self.asked: dict[str, _Asked] = {}
+        self.asked: dict[str, list[_Read]] = {}
         self.queue: deque[str] = deque()
 
     def node(self, did: str, depth: int) -> DatasetProvenance:
         node = self.nodes.get(did)
         if node is None:
             node = self.nodes[did] = DatasetProvenance(did, self.names.get(did), None, depth)
-            self.found[did], self.searched[did] = [], []
+            self.found[did], self.searched[did] = {}, []
             self._open(node)
         node.depth = min(node.depth, depth)
         return node
 
     def _open(self, node: DatasetProvenance) -> None:
         dataset = self.repo.dataset_by_id(DatasetId.parse(node.dataset_id))
+        self.indexes[node.dataset_id] = None
         try:
             head = dataset.head()
             if head is None:
-                self.indexes[node.dataset_id] = None
                 node.flag(MISSING, "not in this repository: pull it to follow its records further")
                 return
-            kind = dataset.state(record=False).kind
-            node.kind = kind.name.capitalize() if kind is not None else None
+            state = dataset.state(record=False)
+            node.kind = state.kind.name.capitalize() if state.kind is not None else None
+            self.slices[node.dataset_id] = set(state.data_slices.texts())
             self.indexes[node.dataset_id] = ChainIndex(dataset, head)
         except OdfError as e:
-            self.indexes[node.dataset_id] = None
             node.flag(UNRESOLVED, f"its chain cannot be read: {e}")
 
     def record(self, did: str, block_hash: Multihash, block: model.MetadataBlock, depth: int) -> None:
         """Adds a data block to the answer; a transform step's inputs become records asked upstream."""
         event = block.event
         assert isinstance(event, model.AddData | model.ExecuteTransform)
+        reader = self.nodes[did].name or did
         inputs = []
         for qi in event.query_inputs if isinstance(event, model.ExecuteTransform) else []:
             input_id = str(qi.dataset_id)
@@ -175,80 +188,101 @@ class _Walk:
                 )
             )
             if offsets is not None:
-                self.ask(input_id, offsets, qi.new_block_hash, self.nodes[did], depth + 1)
-        new_data = event.new_data
-        self.found[did].append(
-            ProvenanceBlock(
-                str(block_hash),
-                block.sequence_number,
-                str(block.system_time),
-                METADATA_EVENT.tag(type(event)),
-                None if new_data is None else (new_data.offset_interval.start, new_data.offset_interval.end),
-                None if event.new_watermark is None else str(event.new_watermark),
-                event.new_source_state if isinstance(event, model.AddData) else None,
-                inputs,
-            )
+                self.node(input_id, depth + 1)
+                self.asked.setdefault(input_id, []).append(
+                    _Read(offsets, qi.prev_block_hash, qi.new_block_hash, reader)
+                )
+                if input_id not in self.queue:
+                    self.queue.append(input_id)
+        data = event.new_data
+        self.found[did][str(block_hash)] = ProvenanceBlock(
+            str(block_hash),
+            block.sequence_number,
+            str(block.system_time),
+            METADATA_EVENT.tag(type(event)),
+            None if data is None else (data.offset_interval.start, data.offset_interval.end),
+            None if event.new_watermark is None else str(event.new_watermark),
+            event.new_source_state if isinstance(event, model.AddData) else None,
+            inputs,
+            in_chain=data is None or str(data.physical_hash) in self.slices.get(did, ()),
         )
-
-    def ask(
-        self,
-        did: str,
-        offsets: Interval,
-        read_up_to: Multihash | None,
-        reader: DatasetProvenance,
-        depth: int,
-    ) -> None:
-        self.node(did, depth)
-        asked = self.asked.setdefault(did, _Asked())
-        asked.intervals.append(offsets)
-        if read_up_to is not None:
-            asked.read_up_to.setdefault(read_up_to, reader.name or reader.dataset_id)
-        if did not in self.queue:
-            self.queue.append(did)
 
     def run(self) -> None:
         while self.queue:
             did = self.queue.popleft()
-            asked = self.asked.pop(did)
+            reads = self.asked.pop(did)
             node = self.nodes[did]
-            node.offsets = merged([*node.offsets, *asked.intervals])
+            node.offsets = merged([*node.offsets, *(r.offsets for r in reads)])
             index = self.indexes[did]
             if index is None:
                 continue
             try:
-                self._search(did, node, index, asked)
+                for read in reads:
+                    self._search(did, node, index, read)
             except OdfError as e:  # a damaged chain upstream: say so, answer the rest
                 node.flag(UNRESOLVED, f"its chain cannot be read: {e}")
 
-    def _search(self, did: str, node: DatasetProvenance, index: ChainIndex, asked: _Asked) -> None:
-        for block_hash, reader in asked.read_up_to.items():
-            if index.sequence_number(block_hash) is None:
-                node.flag(
-                    DIVERGED,
-                    f"block {block_hash}, up to which {reader} read it, is no longer in its chain (it was "
-                    "reset or compacted since): its records are found by offset, which a hard compaction "
-                    "keeps and a reset followed by new data does not",
-                )
-        todo = without(merged(asked.intervals), self.searched[did])
-        self.searched[did] = merged([*self.searched[did], *todo])
-        seen = {b.block_hash for b in self.found[did]}
-        for start, end in todo:
-            covered = start - 1
-            for data in index.data_blocks(start, end):
-                covered = max(covered, data.end)
-                if str(data.block_hash) not in seen:
-                    seen.add(str(data.block_hash))
-                    self.record(did, data.block_hash, index.block(data.block_hash), node.depth)
-            if covered < end:
-                _not_in_chain(node, max(start, covered + 1), end, index.last_offset())
+    def _search(self, did: str, node: DatasetProvenance, index: ChainIndex, read: _Read) -> None:
+        """Finds the blocks holding what one step read of the dataset and not searched for yet: in the
+        block range the step recorded (a few blocks, however long the chain), else by offset in the
+        chain from its head (the range's blocks are gone: reset or compacted, then `odf gc`)."""
+        for start, end in without([read.offsets], self.searched[did]):
+            self.searched[did] = merged([*self.searched[did], (start, end)])
+            found = None
+            if read.new_block is not None:
+                found = index.range_blocks(read.new_block, read.prev_block, start, end)
+                if found is None:
+                    node.flag(DIVERGED, _gone(read.reader))
+                elif _held_up_to(found, start) < end:
+                    node.flag(DIVERGED, _not_as_recorded(read.reader))
+                    found = None
+            if found is None:
+                found = index.data_blocks(start, end)
+                held = _held_up_to(found, start)
+                if held < end:
+                    _not_in_chain(node, max(start, held + 1), end, index.last_offset())
+            for entry in found:
+                if str(entry.block_hash) not in self.found[did]:
+                    self.record(did, entry.block_hash, index.block(entry.block_hash), node.depth)
+            if not all(self.found[did][str(e.block_hash)].in_chain for e in found):
+                node.flag(DIVERGED, _no_longer_in_chain(read.reader))
 
     def answer(self, name: str, target: str, offset: int | None, block: str | None) -> Provenance:
         for did, node in self.nodes.items():
-            blocks = sorted(self.found[did], key=lambda b: b.sequence_number)
+            blocks = sorted(self.found[did].values(), key=lambda b: b.sequence_number)
             node.num_blocks = len(blocks)
             node.blocks = blocks[: self.max_blocks]
         datasets = sorted(self.nodes.values(), key=lambda n: n.depth)  # stable: discovery order within
         return Provenance(name, target, offset, block, datasets)
+
+
+def _held_up_to(found: list[IndexedBlock], start: int) -> int:
+    """The last offset of `start, start + 1, ...` that the blocks (oldest first) hold without a gap."""
+    held = start - 1
+    for entry in found:
+        if entry.start is None or entry.end is None or entry.start > held + 1:
+            break
+        held = max(held, entry.end)
+    return held
+
+
+def _gone(reader: str) -> str:
+    return (
+        f"blocks {reader} read are no longer in the repository (it was reset or compacted since, then "
+        "`odf gc` ran): its records are found by offset in its chain now, which a hard compaction keeps "
+        "and a reset followed by new data does not"
+    )
+
+
+def _not_as_recorded(reader: str) -> str:
+    return f"the blocks {reader} recorded reading do not hold the offsets it recorded: found by offset"
+
+
+def _no_longer_in_chain(reader: str) -> str:
+    return (
+        f"blocks {reader} read hold records that are no longer in its chain (it was reset or compacted "
+        "since): they are shown as read, from the store, where they stay until `odf gc`"
+    )
 
 
 def _not_in_chain(node: DatasetProvenance, start: int, end: int, last: int | None) -> None:
@@ -297,7 +331,7 @@ def _block_of_offset(index: ChainIndex, name: str, offset: int) -> tuple[Multiha
         raise ProvenanceError(
             f"offset {offset} is beyond the data of {name}: its records are offsets 0..{last}"
         )
-    found: list[DataBlock] = index.data_blocks(offset, offset)
+    found = index.data_blocks(offset, offset)
     if len(found) != 1:
         raise ProvenanceError(
             f"{name}: {len(found)} blocks hold offset {offset}; the chain is damaged (`odf verify {name}`)"
