@@ -21,6 +21,10 @@ os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "hos
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # no class archive from an earlier `odf engine warm-up` on this machine: jobs start as on a fresh one
 os.environ["ODF_CACHE_DIR"] = tempfile.mkdtemp(prefix="odf-cache-")
+# the keys of datasets in object-store repositories (and of a test's node) go to a throw-away
+# configuration folder, never the user's own (`airflow_odf.odf.identity.keys.default_keys_dir`)
+os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="odf-config-")
+os.environ.pop("ODF_KEYS_DIR", None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
