@@ -78,6 +78,8 @@ def _query_error(e: BaseException) -> EngineInputError:
 
 def _written(result: DataFrame, request: dict[str, Any]) -> dict[str, Any]:
     """Writes the result into `out_dir/result` and answers with its files in order."""
+    if request.get("skip"):
+        result = result.offset(request["skip"])  # Spark drops them as it goes: nothing is held
     if request.get("max_rows") is not None:
         result = result.limit(request["max_rows"] + 1)
     if request.get("single_file", True):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -33,14 +34,33 @@ def slices_as_of(dataset: Dataset, state: ChainState, block: Multihash) -> list[
     from that head only as far as `block`, counting the slices committed after it, which are the
     index's last ones: a query as of a recent block reads few blocks, one as of an old block at most
     the chain. A block not in the chain: BlockNotInChainError (after walking to the Seed)."""
+    return data_as_of(dataset, state, block)[0]
+
+
+def data_as_of(
+    dataset: Dataset, state: ChainState, block: Multihash
+) -> tuple[list[str], model.SetDataSchema | None]:
+    """The slices as `slices_as_of` finds them, and the schema in force at `block`: the head's, unless
+    a SetDataSchema came after the block — then the walk goes on to the one before it (a table as of
+    a block shows the columns it had then, not a column added later as nulls)."""
     newer = 0
-    for h, found in dataset.iter_blocks(state.head):
+    schema_changed = False
+    blocks = dataset.iter_blocks(state.head)
+    for h, found in blocks:
         if h == block:
             texts = state.data_slices.texts()
-            return texts[: len(texts) - newer]
+            slices = texts[: len(texts) - newer]
+            if not schema_changed:
+                return slices, state.schema
+            for _, older in itertools.chain([(h, found)], blocks):
+                if isinstance(older.event, model.SetDataSchema):
+                    return slices, older.event
+            return slices, None
         event = found.event
         if isinstance(event, model.AddData | model.ExecuteTransform) and event.new_data is not None:
             newer += 1
+        elif isinstance(event, model.SetDataSchema):
+            schema_changed = True
     raise BlockNotInChainError(f"block {block} is not in the chain (head {state.head})")
 
 

@@ -43,6 +43,7 @@ class QueryRequest:
     format: str = "parquet"
     single_file: bool = True
     max_rows: int | None = None  # write at most max_rows + 1 rows: the core reports "more than max_rows"
+    skip: int = 0  # leave out the result's first `skip` rows (before max_rows counts): paging, as kamu's
     kind: str = "query"
     version: int = CONTRACT_VERSION
 

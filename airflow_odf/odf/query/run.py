@@ -52,7 +52,7 @@ def query_rows(
     """The result in memory; ResultTooLargeError when it has more than `max_rows` rows."""
     with operation_dir(options.work_dir) as op_dir:
         request = _request(repo, sql, op_dir, options, fmt="parquet", max_rows=max_rows)
-        response = _run(repo, request, runner, op_dir)
+        response = run_request(repo, request, runner, op_dir)
         table = pq.read_table(response.files[0]) if response.files else pa.table({})
     if table.num_rows > max_rows:
         raise ResultTooLargeError(
@@ -78,7 +78,7 @@ def query_to_file(
     require_free(output, force=force, forbidden=repo.root if repo.is_local else None)
     with operation_dir(options.work_dir) as op_dir:
         request = _request(repo, sql, op_dir, options, fmt=fmt)
-        [written] = _run(repo, request, runner, op_dir).files
+        [written] = run_request(repo, request, runner, op_dir).files
         return place_file(written, output)
 
 
@@ -104,7 +104,7 @@ def export_dataset(
     sql = f"SELECT * FROM {_quoted(name)} ORDER BY {_quoted(offset)}"
     with operation_dir(options.work_dir) as op_dir:
         request = _request(repo, sql, op_dir, options, fmt=EXPORT_FORMATS[fmt], single_file=False)
-        files = _run(repo, request, runner, op_dir).files
+        files = run_request(repo, request, runner, op_dir).files
         return place_folder(files, to, fmt)
 
 
@@ -135,7 +135,9 @@ def _request(
     )
 
 
-def _run(repo: Repository, request: QueryRequest, runner: EngineRunner, op_dir: Path) -> QueryResponse:
+def run_request(repo: Repository, request: QueryRequest, runner: EngineRunner, op_dir: Path) -> QueryResponse:
+    """The engine's answer to `request`; QueryError with its message (naming the repository's datasets
+    for an unknown table) when it refused or failed."""
     response = QueryResponse.from_json(runner.run(request.to_json(), op_dir))
     if response.error is None:
         return response

@@ -3,19 +3,24 @@
 The tables are the relations the SQL policy finds in the statement (`airflow_odf/utils/sql_policy`): the
 same parse that refuses what is not a query over datasets. A dataset's slices come from the slice index
 of its state (the summary): no chain walk for a query of the current data. As of a block, the chain is
-walked back from the head only as far as that block (`slices_as_of`). Nothing is written: a stale
-summary is read, folded in memory and left as it is.
+walked back from the head only as far as that block (`data_as_of`), and the table has the schema the
+dataset had at that block. Nothing is written: a stale summary is read, folded in memory and left as
+it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from airflow_odf.odf.chain.data_access import BlockNotInChainError, slices_as_of
+from airflow_odf.odf.chain.data_access import BlockNotInChainError, data_as_of
+from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.engine_client.contract import schema_to_text
 from airflow_odf.odf.engine_client.query_contract import QueryTable
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.odf.operation import local_object
 from airflow_odf.odf.repo.repository import Repository
@@ -70,16 +75,39 @@ def query_table(
     the engine can read, as of block `as_of` if given."""
     dataset = repo.dataset(name)
     state = dataset.state(record=False)
-    if as_of is None:
-        slices = state.data_slices.texts()
-    else:
-        try:
-            slices = slices_as_of(dataset, state, parse_block(name, as_of))
-        except BlockNotInChainError as e:
-            raise QueryError(f"as of {name}={as_of}: {e}") from None
-    schema = None if state.schema is None else schema_to_text(data_schema_to_arrow(odf_schema(state.schema)))
-    paths = [local_object(dataset, f"data/{h}", op_dir) for h in slices]
-    return [QueryTable(name=spelling, schema=schema, data_paths=paths) for spelling in spellings or (name,)]
+    try:
+        pinned = pin(dataset, state, None if as_of is None else parse_block(name, as_of))
+    except BlockNotInChainError as e:
+        raise QueryError(f"as of {name}={as_of}: {e}") from None
+    return pinned.views(op_dir, spellings or (name,))
+
+
+@dataclass(frozen=True)
+class PinnedData:
+    """A dataset as of one block (`block`, None for a dataset without one): the slices and the schema
+    it had then."""
+
+    dataset: Dataset
+    block: Multihash | None
+    slices: list[str]
+    schema: model.SetDataSchema | None
+
+    def views(self, op_dir: Path, names: tuple[str, ...]) -> list[QueryTable]:
+        """One view per name over the pinned slices, as files the engine can read."""
+        schema = (
+            None if self.schema is None else schema_to_text(data_schema_to_arrow(odf_schema(self.schema)))
+        )
+        paths = [local_object(self.dataset, f"data/{h}", op_dir) for h in self.slices]
+        return [QueryTable(name=name, schema=schema, data_paths=paths) for name in names]
+
+
+def pin(dataset: Dataset, state: ChainState, block: Multihash | None) -> PinnedData:
+    """The dataset as of `block`, or as of its head (the summary's slices, no walk) when None;
+    BlockNotInChainError when the block is not in its chain."""
+    if block is None or block == state.head:
+        return PinnedData(dataset, state.head, state.data_slices.texts(), state.schema)
+    slices, schema = data_as_of(dataset, state, block)
+    return PinnedData(dataset, block, slices, schema)
 
 
 def query_tables(
