@@ -14,6 +14,7 @@ import os
 import sys
 from typing import Any
 
+from airflow_odf.cli.engine import engine_options
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.sharing.push_pull import SharingResult, pull_dataset, push_dataset, remotes
@@ -93,18 +94,24 @@ def cmd_push(args: argparse.Namespace) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> None:
+    from airflow_odf.cli.query import query_endpoint
     from airflow_odf.odf.sharing.serve import RepositoryServer
 
+    repo = Repository.open(args.repo)
+    api = query_endpoint(args, repo) if args.query else None
     server = RepositoryServer(
-        Repository.open(args.repo),
+        repo,
         args.host,
         args.port,
         token=os.environ.get(SERVE_TOKEN_ENV) or None,
         log_requests=True,
         timeout=args.timeout,
         backlog=args.backlog,
+        api=api,
     )
     print(f"serving {args.repo} read-only at {server.url} (Ctrl-C stops)", file=sys.stderr, flush=True)
+    if api is not None:
+        print(f"query API: {server.url}/query and /verify (SqlSpark), node {api.did}", file=sys.stderr)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -129,7 +136,15 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p.add_argument("--no-alias", action="store_true", help="do not remember the URL")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_push)
-    p = groups.add_parser("serve", parents=[repo_arg], help="serve the repository read-only over HTTP")
+    p = groups.add_parser(
+        "serve", parents=[repo_arg, engine_options()], help="serve the repository read-only over HTTP"
+    )
+    p.add_argument(
+        "--query",
+        action="store_true",
+        help="also answer kamu's GET/POST /query and POST /verify with signed query commitments "
+        "(docs/query-commitments.md); the engine options choose the engine",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument(

@@ -11,6 +11,10 @@ Clients are untrusted too: a connection that sends nothing for `timeout` seconds
 requests, or stalled mid-request) is closed, the listen backlog is `backlog` (bursts of connections
 queue instead of being dropped), and a dataset whose name or head is damaged is listed as broken
 without breaking the listing of the others.
+
+Given an `api` (`odf serve --query`), the server also answers kamu's query API at `/query` and `/verify`
+(`airflow_odf.odf.query.endpoint`): the bearer token applies there too, and a POST body needs a
+Content-Length within the API's bound.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 from urllib.parse import unquote, urlsplit
 
 from airflow_odf.odf.chain.dataset import HEAD_REF
@@ -93,7 +97,44 @@ class _Handler(BaseHTTPRequestHandler):
             super().log_message(format, *args)
 
     def do_GET(self) -> None:
-        self._answer(send_body=True)
+        if not self._api_answered():
+            self._answer(send_body=True)
+
+    def do_POST(self) -> None:
+        if not self._api_answered():
+            self.close_connection = True  # its body is left unread
+            self._plain(HTTPStatus.METHOD_NOT_ALLOWED, "only the query API takes POST", True)
+
+    def _api_answered(self) -> bool:
+        """Answers a request to the API's paths (`odf serve --query`); False for every other path."""
+        api = self.server.api
+        target = urlsplit(self.path)
+        if api is None or not api.handles(target.path):
+            return False
+        problem = None
+        if not self._authorized():
+            status, answer = HTTPStatus.UNAUTHORIZED, {"message": "a bearer token is required"}
+        elif self.command != "POST":
+            status, answer = api.answer(self.command, target.path, target.query, None)
+        elif (problem := self._body_problem(api.max_body_bytes)) is not None:
+            status, answer = problem
+        else:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            status, answer = api.answer(self.command, target.path, target.query, body)
+        if self.command == "POST" and (problem is not None or status == HTTPStatus.UNAUTHORIZED):
+            self.close_connection = True  # its body is left unread
+        reply = json.dumps(answer, ensure_ascii=False).encode()
+        self._bytes(reply, "application/json", True, HTTPStatus(status))
+        return True
+
+    def _body_problem(self, limit: int) -> tuple[HTTPStatus, dict[str, str]] | None:
+        """Why a POST body cannot be read (no length, chunked, too large), or None."""
+        length = self.headers.get("Content-Length", "")
+        if "Transfer-Encoding" in self.headers or not length.isdigit():
+            return HTTPStatus.LENGTH_REQUIRED, {"message": "a body with a Content-Length is required"}
+        if int(length) > limit:
+            return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"message": f"the body is larger than {limit} bytes"}
+        return None
 
     def do_HEAD(self) -> None:
         self._answer(send_body=False)
@@ -187,6 +228,16 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
 
+class QueryApi(Protocol):
+    """What answers kamu's query API beside the repository (`airflow_odf.odf.query.endpoint`)."""
+
+    max_body_bytes: int
+
+    def handles(self, path: str) -> bool: ...
+
+    def answer(self, method: str, path: str, query: str, body: bytes | None) -> tuple[int, Any]: ...
+
+
 class RepositoryServer(ThreadingHTTPServer):
     """Serves one local repository read-only; `token` requires `Authorization: Bearer <token>`.
 
@@ -206,6 +257,7 @@ class RepositoryServer(ThreadingHTTPServer):
         log_requests: bool = False,
         timeout: float = DEFAULT_TIMEOUT,
         backlog: int = DEFAULT_BACKLOG,
+        api: QueryApi | None = None,
     ) -> None:
         if not repo.is_local:
             raise ServeError(f"{repo.location}: odf serve serves a repository on the local disk")
@@ -217,6 +269,7 @@ class RepositoryServer(ThreadingHTTPServer):
         self.log_requests = log_requests
         self.idle_timeout = timeout
         self.request_queue_size = backlog
+        self.api = api
         super().__init__((host, port), _Handler)
 
     @property
