@@ -172,6 +172,16 @@ def get_provider_info() -> dict[str, Any]:
                         "example": "http://127.0.0.1:8080/{dataset_name}/blocks/{head}",
                         "default": "",
                     },
+                    "signatures": {
+                        "description": "What a pull (OdfPullOperator) does with the attestation of the head "
+                        "it receives: check refuses a bad one (another key, dataset or head; damaged) and "
+                        "reports a missing one, require also refuses a missing one, ignore refuses neither. "
+                        "A task's signatures wins.",
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "require",
+                        "default": "check",
+                    },
                     # The source trust options default to None (unset), so that the environment
                     # variables named in their descriptions still apply (airflow_odf.source_trust).
                     "allow_shell_steps": {

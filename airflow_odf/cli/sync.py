@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_odf.cli.engine import engine_options
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.identity.attestation import DEFAULT_SIGNATURE_POLICY, SIGNATURE_POLICIES
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.sharing.push_pull import SharingResult, pull_dataset, push_dataset, remotes
 from airflow_odf.odf.sharing.serve import DEFAULT_BACKLOG as DEFAULT_SERVE_BACKLOG
@@ -44,10 +45,11 @@ def _report(args: argparse.Namespace, shared: SharingResult) -> None:
     if r.up_to_date:
         print(f"{shared.dataset} {arrow} {shared.remote_url}: up to date ({r.new_head})")
         return
+    signed = "" if r.signature is None or r.signature.signer is None else f", signed by {r.signature.signer}"
     print(
         f"{shared.dataset} {arrow} {shared.remote_url}: {len(r.new_blocks)} block(s), "
         f"{r.objects_transferred} object(s) ({r.bytes_transferred} bytes) transferred, "
-        f"{r.objects_skipped} already there; head {r.new_head}"
+        f"{r.objects_skipped} already there; head {r.new_head}{signed}"
     )
 
 
@@ -76,6 +78,7 @@ def cmd_remote_pull(args: argparse.Namespace, repo: Repository) -> None:
         force=args.force,
         remember=not args.no_alias,
         log=_log,
+        signatures=args.signatures,
     )
     _report(args, shared)
 
@@ -125,6 +128,13 @@ def add_pull_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--as", dest="as_name", metavar="NAME", help="the local name of a remote dataset")
     p.add_argument("--force", action="store_true", help="remote pull: replace a local history that diverged")
     p.add_argument("--no-alias", action="store_true", help="remote pull: do not remember the URL")
+    p.add_argument(
+        "--signatures",
+        choices=SIGNATURE_POLICIES,
+        default=DEFAULT_SIGNATURE_POLICY,
+        help="remote pull: refuse a head whose attestation is bad (check, the default), also one without "
+        "any (require), or neither (ignore); see docs/signatures.md",
+    )
 
 
 def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:

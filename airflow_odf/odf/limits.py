@@ -34,6 +34,9 @@ MAX_REF_BYTES = 1024
 # Longer than any multibase-encoded multihash or DID this core knows; base58 decoding is quadratic, so
 # longer text is refused before decoding.
 MAX_MULTIBASE_CHARS = 256
+# A head attestation is a few hundred bytes of canonical JSON (identity/attestation.py); stores and
+# readers refuse a larger one unread.
+MAX_ATTESTATION_BYTES = 4096
 
 
 def _positive_int(name: str, default: int) -> int:

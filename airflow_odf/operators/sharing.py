@@ -5,8 +5,10 @@ Both ends are `odf_repo` connections: the local repository (`odf_conn_id`) and t
 where a dataset lives at `<remote URL>/<remote_name>`. Everything received is verified on arrival
 (docs/sharing.md). The XCom dict is the other operators' — `{dataset, dataset_id, prev_head, new_head,
 new_blocks, records, up_to_date}`, about the receiving side — plus `remote_url`, `remote_head`,
-`objects_transferred` and `bytes_transferred`. A pull that brought new blocks emits the local
-dataset's asset event; a push changes nothing locally and emits none.
+`objects_transferred`, `bytes_transferred` and `signature` (the transferred head's attestation:
+`{status: signed|missing|bad, signer}`, None when nothing moved). A pull that brought new blocks emits
+the local dataset's asset event; a push changes nothing locally and emits none. A pull judges the head's
+attestation by its `signatures` policy, else `[odf] signatures`, else `check` (docs/signatures.md).
 """
 
 from __future__ import annotations
@@ -14,9 +16,16 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import Context
+from airflow.sdk.configuration import conf
 
 from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.odf.format import model
+from airflow_odf.odf.identity.attestation import (
+    DEFAULT_SIGNATURE_POLICY,
+    SIGNATURE_POLICIES,
+    SignaturePolicy,
+    signature_policy,
+)
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.sharing.push_pull import SharingResult, pull_dataset, push_dataset
 from airflow_odf.operators.base import OdfBaseOperator
@@ -86,6 +95,7 @@ class _SharingOperator(OdfBaseOperator):
             "remote_head": None if r.new_head is None else str(r.new_head),
             "objects_transferred": r.objects_transferred,
             "bytes_transferred": r.bytes_transferred,
+            "signature": None if r.signature is None else r.signature.as_dict(),
         }
 
 
@@ -117,17 +127,35 @@ class OdfPushOperator(_SharingOperator):
         return self.report(context, self.result(repo, shared))
 
 
+def pull_signature_policy(value: str | None) -> SignaturePolicy:
+    """A pull's signature policy: the task's `signatures`, else `[odf] signatures`, else `check`."""
+    if value is not None:
+        return signature_policy(value, "signatures")
+    configured = conf.get("odf", "signatures", fallback=None) or DEFAULT_SIGNATURE_POLICY
+    return signature_policy(configured, "[odf] signatures")
+
+
 class OdfPullOperator(_SharingOperator):
     """Copies the remote dataset into the local repository as `dataset` (created on first pull), every
-    block and object verified on arrival. Emits the dataset's asset event when new blocks arrived."""
+    block and object verified on arrival. Emits the dataset's asset event when new blocks arrived.
 
-    def __init__(self, *, create_repository: bool = False, **kwargs: Any) -> None:
+    `signatures`: `check` refuses a head whose attestation is bad, `require` also one without any,
+    `ignore` neither (None: `[odf] signatures`, else `check`); a refused pull fails without retries and
+    changes nothing."""
+
+    def __init__(
+        self, *, create_repository: bool = False, signatures: str | None = None, **kwargs: Any
+    ) -> None:
+        if signatures is not None and signatures not in SIGNATURE_POLICIES:
+            raise ValueError(f"signatures={signatures!r}: expected one of {', '.join(SIGNATURE_POLICIES)}")
         super().__init__(**kwargs)
         self.create_repository = create_repository
+        self.signatures = signatures
 
     def execute(self, context: Context) -> dict[str, Any]:
         repo = self.call(lambda: OdfRepoHook(self.odf_conn_id).open_repository(create=self.create_repository))
         url, credentials = self.remote()
+        policy = self.call(lambda: pull_signature_policy(self.signatures))
         shared = self.call(
             lambda: pull_dataset(
                 repo,
@@ -137,6 +165,7 @@ class OdfPullOperator(_SharingOperator):
                 force=self.force,
                 max_parallel=self.max_parallel_transfers,
                 log=self.log.info,
+                signatures=policy,
             )
         )
         return self.report(context, self.result(repo, shared))

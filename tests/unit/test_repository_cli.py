@@ -492,6 +492,7 @@ def test_verify_then_tamper(repo: Path) -> None:
         "objects_checked": 0,
         "transforms_replayed": 0,
         "record": f"info/verification at {entries[0]['hash']}",
+        "signature": {"status": "signed", "signer": list_json(repo)[name]["id"]},  # created here: signed
     }
     victim = entries[2]["hash"]
     row = list_json(repo)[name]
@@ -527,8 +528,10 @@ def test_gc_after_reset_removes_orphaned_blocks(repo: Path) -> None:
     assert ok("gc", repo=repo).strip() == "removed 0 unreferenced objects and folders"  # default min age
     heads = {n: r["head"] for n, r in list_json(repo).items()}
     out = ok("gc", "--min-age", "0", repo=repo)
-    assert out.strip() == f"removed {len(entries) - 1} unreferenced objects and folders"
+    # the blocks after the Seed and the attestation of the old head (the reset signed the Seed)
+    assert out.strip() == f"removed {len(entries)} unreferenced objects and folders"
     assert os.listdir(blocks) == [entries[-1]["hash"]]
+    assert os.listdir(blocks.parent / "attestations") == [entries[-1]["hash"]]
     assert {n: r["head"] for n, r in list_json(repo).items()} == heads
     for n in heads:
         assert odf("verify", n, "--integrity", repo=repo).returncode == 0, n
@@ -588,4 +591,5 @@ def test_concurrent_head_move_is_reconciled(repo: Path, tmp_path: Path) -> None:
     assert len(stray) == 1  # the lost attempt's block
     assert stray.isdisjoint(e["hash"] for e in chain)
     assert ok("verify", name, "--integrity", repo=repo)
-    assert "removed 2" in ok("gc", "--min-age", "0", repo=repo)  # the stray block and the reset-away one
+    # the stray block and the reset-away one, with their attestations
+    assert "removed 4" in ok("gc", "--min-age", "0", repo=repo)

@@ -5,17 +5,21 @@ hash>`, `checkpoints/<physical hash>`, `info/`. A commit writes objects first, t
 `refs/head` by compare-and-swap — a crash at any step leaves the old head, and of two racing writers
 exactly one moves the head; the other gets `ConflictError` and nothing of its commit is visible. A commit
 declares the keys it will reference before it stores any (`chain/in_flight.py`), so that `odf gc` never
-deletes an object, even an old one it re-uses, between its object step and its head move.
+deletes an object, even an old one it re-uses, between its object step and its head move. A dataset whose
+key this repository holds signs each new head: its attestation (`attestations/<head>`,
+`chain/head_signature.py`) is stored after the blocks and before the ref moves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_odf.odf.chain.head_signature import HeadSigner
 from airflow_odf.odf.chain.in_flight import Intent, declaring
 from airflow_odf.odf.chain.rules import ChainState, apply_block
 from airflow_odf.odf.chain.summary import MAX_SUMMARY_BYTES, SUMMARY_KEY, state_from_json, state_to_json
@@ -24,12 +28,15 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
 from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.identity.attestation import attestation_key
 from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectStore
 
 HEAD_REF = "refs/head"
 #: Where an engine that writes into the dataset's bucket stages an operation's output
 #: (`cache/operations/<operation id>/`) until the commit copies it to its content address.
 STAGING_PREFIX = "cache/operations"
+
+log = logging.getLogger(__name__)
 
 
 class CorruptDatasetError(OdfError):
@@ -78,10 +85,13 @@ class StagedObject:
 
 @dataclass(frozen=True)
 class CommitResult:
+    """`attested`: the new head's attestation was stored with it (signed here, or received)."""
+
     old_head: Multihash | None
     new_head: Multihash | None
     new_blocks: list[Multihash] = field(default_factory=list)
     state: ChainState = field(default_factory=ChainState)
+    attested: bool = False
 
     @property
     def up_to_date(self) -> bool:
@@ -89,10 +99,12 @@ class CommitResult:
 
 
 class Dataset:
-    """One dataset in a store. Cheap to create; state is read through the summary index."""
+    """One dataset in a store. Cheap to create; state is read through the summary index. `signer`
+    signs the heads it commits (None: a dataset this process only reads or receives)."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: ObjectStore, signer: HeadSigner | None = None) -> None:
         self.store = store
+        self.signer = signer
 
     def __repr__(self) -> str:
         return f"Dataset({self.store!r})"
@@ -217,32 +229,57 @@ class Dataset:
             system_time = state.system_time  # clocks may step back; the chain's time may not
         blocks: list[tuple[Multihash, bytes]] = []
         new_state = state if onto is None else onto_state or self.state_at(onto)
+        last: model.MetadataBlock | None = None
         for event in events:
-            block = model.MetadataBlock(
+            last = model.MetadataBlock(
                 system_time=system_time,
                 prev_block_hash=new_state.head,
                 sequence_number=new_state.sequence_number + 1,
                 event=event,
             )
-            data = encode_block(block)
+            data = encode_block(last)
             h = block_hash(data)
-            new_state = apply_block(new_state, block, h)
+            new_state = apply_block(new_state, last, h)
             blocks.append((h, data))
         if not blocks and onto is None:
             return CommitResult(state.head, state.head, [], state)
-        block_bytes = {block_key(h): data for h, data in blocks}
-        keys = [*(obj.key for obj in objects), *block_bytes]
+        small = {block_key(h): data for h, data in blocks}  # blocks, then the new head's attestation
+        small.update(self._attestation(state.head, new_state.head, last))
+        keys = [*(obj.key for obj in objects), *small]
         sources = [obj.source_key for obj in objects if obj.source_key is not None]
         with declaring(self.store, [*keys, *sources]) as intent:
             for obj in objects:
                 if not self.store.exists(obj.key):  # re-used objects are not stored twice
                     self._store_object(obj)
-            for key, data in block_bytes.items():
+            for key, data in small.items():
                 self.store.put(key, data)
-            intent.settle(keys, lambda missing: self._restore(missing, objects, block_bytes))
+            intent.settle(keys, lambda missing: self._restore(missing, objects, small))
             self._move_head(state.head, new_state.head)
         self._write_summary(new_state)
-        return CommitResult(state.head, new_state.head, [h for h, _ in blocks], new_state)
+        attested = len(small) > len(blocks)
+        return CommitResult(state.head, new_state.head, [h for h, _ in blocks], new_state, attested)
+
+    def _attestation(
+        self, old: Multihash | None, new: Multihash | None, block: model.MetadataBlock | None
+    ) -> dict[str, bytes]:
+        """`{attestations/<new>: bytes}` when this dataset signs its heads, else `{}` — reported when
+        the old head was signed (by a key elsewhere: a pulled dataset committed to here, so that its
+        new head is unsigned). Made before anything is stored: a key that cannot be read fails the
+        commit whole."""
+        if new is None or self.signer is None:
+            return {}
+        attestation = self.signer.attestation(new, block if block is not None else self.block(new))
+        if attestation is not None:
+            return {attestation_key(new): attestation}
+        signed_before = old is not None and self.store.exists(attestation_key(old))
+        if signed_before and not self.store.exists(attestation_key(new)):  # (a reset may find one there)
+            log.warning(
+                "%s: head %s is not signed: the dataset's key is not in this repository's key store (its "
+                "previous head was signed elsewhere; pull it from its owner rather than commit here)",
+                self.signer.dataset_id,
+                new,
+            )
+        return {}
 
     def append_block_bytes(
         self,
@@ -251,12 +288,15 @@ class Dataset:
         expected_head: ExpectedHead,
         replace: bool = False,
         intent: Intent | None = None,
+        attestation: bytes | None = None,
     ) -> CommitResult:
         """Appends blocks received verbatim (e.g. pulled): hashed, decoded and validated, never re-encoded.
 
         `replace`: the blocks are a whole chain from its Seed that takes the place of the current one
         (a forced sync over a diverged history), validated from scratch. `intent`: the declaration the
-        caller made for these blocks and their objects (see `declaring`), else one is made here.
+        caller made for these blocks, their objects and the attestation (see `declaring`), else one is
+        made here. `attestation`: the new head's, as received (checked by the caller), stored verbatim
+        after the blocks; received heads are never signed here.
         """
         state = self.state()
         expected_head = _expected(expected_head)
@@ -271,13 +311,16 @@ class Dataset:
         if not hashes:
             return CommitResult(state.head, new_state.head, hashes, new_state)
         by_key = {block_key(h): data for h, data in zip(hashes, blocks, strict=True)}
-        declared = contextlib.nullcontext(intent) if intent is not None else declaring(self.store, by_key)
+        signed = {} if attestation is None else {attestation_key(hashes[-1]): attestation}
+        written = {**by_key, **signed}
+        declared = contextlib.nullcontext(intent) if intent is not None else declaring(self.store, written)
         with declared as current:
             self.store.put_many(list(by_key.items()))
-            current.settle(by_key, lambda missing: self.store.put_many([(k, by_key[k]) for k in missing]))
+            self.store.put_many(list(signed.items()))  # after the blocks, before the ref
+            current.settle(written, lambda missing: self.store.put_many([(k, written[k]) for k in missing]))
             self._move_head(state.head, new_state.head)
         self._write_summary(new_state)
-        return CommitResult(state.head, new_state.head, hashes, new_state)
+        return CommitResult(state.head, new_state.head, hashes, new_state, bool(signed))
 
     def _store_object(self, obj: StagedObject) -> None:
         if obj.source_key is not None:
@@ -287,14 +330,14 @@ class Dataset:
         else:
             raise ValueError(f"staged object {obj.key} has neither a local file nor a source key")
 
-    def _restore(self, missing: list[str], objects: Sequence[StagedObject], blocks: dict[str, bytes]) -> None:
+    def _restore(self, missing: list[str], objects: Sequence[StagedObject], small: dict[str, bytes]) -> None:
         """Stores again what a collection that missed this commit's declaration deleted: only objects
         that existed before the commit can be (the collection listed them first), and those the commit
-        did not store, so their staged files are still there."""
+        did not store, so their staged files are still there. `small`: blocks and attestation."""
         by_key = {obj.key: obj for obj in objects}
         for key in missing:
-            if key in blocks:
-                self.store.put(key, blocks[key])
+            if key in small:
+                self.store.put(key, small[key])
                 continue
             obj = by_key[key]
             if obj.source_key is None and (obj.path is None or not obj.path.exists()):
@@ -310,15 +353,20 @@ class Dataset:
         self.store.compare_and_swap(HEAD_REF, raw, None if new is None else str(new).encode())
 
     def reset(self, to: Multihash, *, expected_head: ExpectedHead = CURRENT_HEAD) -> CommitResult:
-        """Moves the head back to an earlier block of the chain (compare-and-swap)."""
+        """Moves the head back to an earlier block of the chain (compare-and-swap), signed like a commit
+        (`odf gc` keeps the attestations of every block of the chain, so no declaration is needed)."""
         head = self.existing_head()
         expected_head = _expected(expected_head)
         if expected_head is not CURRENT_HEAD and expected_head != head:
             raise ConflictError(f"head is {head}, expected {expected_head}")
-        if not any(h == to for h, _ in self.iter_blocks(head)):
+        target = next((block for h, block in self.iter_blocks(head) if h == to), None)
+        if target is None:
             raise ChainRuleError("reset-target", f"block {to} is not in the chain of head {head}")
+        signed = self._attestation(head, to, target)
+        for key, data in signed.items():
+            self.store.put(key, data)
         self._move_head(head, to)
-        return CommitResult(head, to, [], self.state())
+        return CommitResult(head, to, [], self.state(), bool(signed))
 
 
 def fold(state: ChainState, blocks: Any) -> ChainState:

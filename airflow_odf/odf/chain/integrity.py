@@ -26,11 +26,14 @@ from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block
 from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.identity.attestation import ATTESTATIONS_PREFIX
 
 _CHUNK = 1 << 20
 #: A temporary file younger than this may be a write in progress (a ref, a name, a record), whatever
 #: `--min-age`; a commit's big uploads are covered by its declaration instead.
 TEMPORARY_GRACE_SECONDS = 60.0
+#: The folders of a dataset whose unreferenced objects `collect_garbage` deletes.
+_COLLECTED = ("blocks", "data", "checkpoints", ATTESTATIONS_PREFIX)
 
 
 @dataclass(frozen=True)
@@ -209,10 +212,20 @@ def reachable_keys(dataset: Dataset, head: Multihash | None = None) -> set[str]:
     return keys
 
 
+def _kept(dataset: Dataset, head: Multihash) -> set[str]:
+    """What collection keeps for `head`: what its chain references, and the attestations of the blocks
+    of that chain (the head's, and those a reset back to an earlier block would need again)."""
+    keys = reachable_keys(dataset, head)
+    return keys | {
+        f"{ATTESTATIONS_PREFIX}/{k.removeprefix('blocks/')}" for k in keys if k.startswith("blocks/")
+    }
+
+
 def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str]:
-    """Deletes blocks, data and checkpoints unreachable from the head and older than `min_age_seconds`,
-    and what failed or killed operations left in the engine's staging area (`cache/operations/`, in a
-    bucket the engine writes itself).
+    """Deletes blocks, data, checkpoints and head attestations unreachable from the head (attestations:
+    of blocks no longer in its chain) and older than `min_age_seconds`, and what failed or killed
+    operations left in the engine's staging area (`cache/operations/`, in a bucket the engine writes
+    itself).
 
     Never what the head or a commit in progress references, whatever `min_age_seconds`: candidates are
     listed first, then the dataset is marked as being collected, then the commits in flight are read
@@ -225,9 +238,9 @@ def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str
     anything is deleted: what it references cannot be known. Links are removed, never followed.
     """
     head = dataset.existing_head()
-    keep = reachable_keys(dataset, head)
+    keep = _kept(dataset, head)
     # resolved first: a folder that is a link out of the repository stops the collection here
-    directories = {p: dataset.store.local_path(p) for p in ("blocks", "data", "checkpoints", "refs", "info")}
+    directories = {p: dataset.store.local_path(p) for p in (*_COLLECTED, "refs", "info")}
     now = time.time()
     temporary = [  # leftovers of interrupted writes (a write in progress takes less than the grace)
         (f"{prefix}/{tmp.name}", tmp)
@@ -244,7 +257,7 @@ def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str
         declared, commits = declared_keys(dataset.store, min_age_seconds)  # the declarations, then the head
         current = dataset.existing_head()
         if current != head:
-            keep |= reachable_keys(dataset, current)
+            keep |= _kept(dataset, current)
         for key in candidates:
             if key not in keep and key not in declared:
                 mark.refresh()
@@ -260,9 +273,9 @@ def collect_garbage(dataset: Dataset, min_age_seconds: float = 3600) -> list[str
 def _old_keys(
     dataset: Dataset, directories: dict[str, Path | None], now: float, min_age_seconds: float
 ) -> list[str]:
-    """Blocks, data, checkpoints and staged objects at least `min_age_seconds` old."""
+    """Blocks, data, checkpoints, attestations and staged objects at least `min_age_seconds` old."""
     old = []
-    for prefix in ("blocks", "data", "checkpoints"):
+    for prefix in _COLLECTED:
         directory = directories[prefix]
         if directory is None:  # a bucket: the store tells each object's age (a read-only store: none)
             aged = dataset.store.list_tree(prefix)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.chain.head_signature import UNSIGNED, HeadSignature, judge_head
 from airflow_odf.odf.chain.integrity import IntegrityCheck, IntegrityProblem, check_integrity
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.chain.summary import MAX_SUMMARY_BYTES, state_from_json, state_to_json
@@ -30,6 +31,7 @@ from airflow_odf.odf.errors import ManifestError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.identity.attestation import attestation_key
 
 RECORD_KEY = "info/verification"
 FORMAT_VERSION = 1
@@ -46,12 +48,14 @@ what is not reproducible."""
 class VerifiedHead:
     """A verification that passed: the chain up to `state.head` (`state`: the dataset there).
 
-    `full`: it checked everything from the Seed; `engine`: where the transforms were replayed."""
+    `full`: it checked everything from the Seed; `engine`: where the transforms were replayed;
+    `signer`: who signed the head (its DID, or `unsigned`; None: not recorded, an older record)."""
 
     state: ChainState
     verified_at: Timestamp
     full: bool
     engine: str | None = None
+    signer: str | None = None
 
     @property
     def head(self) -> Multihash:
@@ -76,6 +80,7 @@ def _entry_to_plain(entry: VerifiedHead | None) -> dict[str, Any] | None:
         "verifiedAt": str(entry.verified_at),
         "full": entry.full,
         "engine": entry.engine,
+        "signer": entry.signer,
         "state": json.loads(state_to_json(entry.state)),
     }
 
@@ -99,10 +104,10 @@ def _entry_from_plain(plain: dict[str, Any] | None) -> VerifiedHead | None:
         or state.sequence_number != plain["sequenceNumber"]
     ):
         raise ValueError("the entry's head is not that of its state")
-    engine = plain.get("engine")
-    if engine is not None and not isinstance(engine, str):
-        raise ValueError("engine must be text")
-    return VerifiedHead(state, Timestamp.parse(plain["verifiedAt"]), bool(plain["full"]), engine)
+    engine, signer = plain.get("engine"), plain.get("signer")
+    if any(v is not None and not isinstance(v, str) for v in (engine, signer)):
+        raise ValueError("engine and signer must be text")
+    return VerifiedHead(state, Timestamp.parse(plain["verifiedAt"]), bool(plain["full"]), engine, signer)
 
 
 def record_from_json(data: bytes) -> VerificationRecord:
@@ -134,7 +139,8 @@ class VerificationReport:
 
     `since`: the verified head it started after (None: from the Seed); `reason`: why it was full
     (None when incremental); `replayed`: how many ExecuteTransforms ran again (None: replay not asked
-    for, or nothing to replay in a root dataset); `recorded`: where its head was recorded, or why not.
+    for, or nothing to replay in a root dataset); `recorded`: where its head was recorded, or why not;
+    `signature`: the head's attestation as judged (None when the chain could not be verified).
     """
 
     head: Multihash | None
@@ -147,6 +153,7 @@ class VerificationReport:
     problems: list[IntegrityProblem] = field(default_factory=list)
     not_reproducible: list[Any] = field(default_factory=list)
     recorded: str = "nothing: the verification failed"
+    signature: HeadSignature | None = None
 
     @property
     def ok(self) -> bool:
@@ -168,6 +175,7 @@ class VerificationReport:
             "objects_checked": self.objects_checked,
             "transforms_replayed": self.replayed or 0,
             "record": self.recorded,
+            "signature": None if self.signature is None else self.signature.as_dict(),
         }
 
     def describe(self) -> str:
@@ -179,6 +187,8 @@ class VerificationReport:
         text += f", {_count(self.objects_checked, 'data/checkpoint object')} intact"
         if self.replayed is not None:
             text += f"; {_count(self.replayed, 'transform')} replayed and reproduced"
+        if self.signature is not None:
+            text += f"; {self.signature.describe()}"
         return text
 
 
@@ -198,6 +208,23 @@ def _base(record: VerificationRecord, replay: bool, full: bool) -> tuple[Verifie
     return entry, None
 
 
+def _head_signature(dataset: Dataset, check: IntegrityCheck) -> HeadSignature | IntegrityProblem | None:
+    """The verified head's attestation judged against the dataset's DID: a bad one (or one that cannot
+    be read) is a problem of the dataset; None when the chain did not verify."""
+    state, head = check.state, check.head
+    if check.problems or head is None or state.dataset_id is None:
+        return None
+    key = attestation_key(head)
+    try:
+        block = check.blocks[-1][1] if check.blocks else dataset.block(head)
+        signature = judge_head(dataset.store, state.dataset_id, head, block)
+    except OdfError as e:
+        return IntegrityProblem("signature", key, f"cannot be read: {e}")
+    if signature.status == "bad":
+        return IntegrityProblem("signature", key, f"{signature.kind}: {signature.message}")
+    return signature
+
+
 def verify_dataset(
     dataset: Dataset,
     *,
@@ -213,6 +240,10 @@ def verify_dataset(
     record = read_record(dataset)
     base, reason = _base(record, replay is not None, full)
     check: IntegrityCheck = check_integrity(dataset, None if base is None else base.state)
+    signature = _head_signature(dataset, check)
+    if isinstance(signature, IntegrityProblem):
+        check = replace(check, problems=[*check.problems, signature])
+        signature = None
     if base is not None and check.since is None:
         reason = (
             f"the verified head {base.head} is no longer in the chain (reset, compaction or diverged pull)"
@@ -235,12 +266,14 @@ def verify_dataset(
         replayed=replays,
         problems=check.problems,
         not_reproducible=not_reproducible,
+        signature=signature,
     )
     if not report.ok:
         return report
     now = Timestamp.now()
-    verified = VerifiedHead(state, now, report.full)
-    replayed = VerifiedHead(state, now, report.full, engine) if replays is not None else record.replay
+    signer = UNSIGNED if signature is None or signature.signer is None else str(signature.signer)
+    verified = VerifiedHead(state, now, report.full, signer=signer)
+    replayed = VerifiedHead(state, now, report.full, engine, signer) if replays is not None else record.replay
     try:
         write_record(dataset, VerificationRecord(integrity=verified, replay=replayed))
     except (OSError, OdfError) as e:

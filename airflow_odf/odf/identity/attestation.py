@@ -30,16 +30,26 @@ from airflow_odf.odf.identity.signing import (
     sign,
     signature_text,
 )
+from airflow_odf.odf.limits import MAX_ATTESTATION_BYTES
 
 ATTESTATIONS_PREFIX = "attestations"
 ATTESTATION_TYPE = "OdfHeadAttestation"
 ATTESTATION_VERSION = 1
-MAX_ATTESTATION_BYTES = 4096
 
 #: What a pull does with head attestations: `require` refuses a head without a valid one; `check`
 #: (default) refuses a bad one and reports a missing one (kamu's chains carry none); `ignore` skips.
 SignaturePolicy = Literal["require", "check", "ignore"]
 SIGNATURE_POLICIES: tuple[SignaturePolicy, ...] = ("require", "check", "ignore")
+DEFAULT_SIGNATURE_POLICY: SignaturePolicy = "check"
+
+
+def signature_policy(value: str, where: str) -> SignaturePolicy:
+    """`value` as a policy (any case, surrounding blanks ignored); OdfError naming `where` otherwise."""
+    text = value.strip().lower() if isinstance(value, str) else value
+    for policy in SIGNATURE_POLICIES:
+        if text == policy:
+            return policy
+    raise OdfError(f"{where}={value!r}: expected one of {', '.join(SIGNATURE_POLICIES)}")
 
 
 class AttestationError(OdfError):
@@ -53,6 +63,7 @@ class AttestationError(OdfError):
 
 
 def attestation_key(head: Multihash) -> str:
+    """Where the attestation of `head` lives in the dataset's folder (beside `blocks/<head>`)."""
     return f"{ATTESTATIONS_PREFIX}/{head}"
 
 

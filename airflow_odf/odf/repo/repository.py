@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from airflow_odf.odf.chain.dataset import HEAD_REF, CommitResult, CorruptDatasetError, Dataset
+from airflow_odf.odf.chain.head_signature import HeadSigner
 from airflow_odf.odf.chain.in_flight import holder_record, read_record, record_age
 from airflow_odf.odf.chain.reconcile import Reconciliation, reconciling
 from airflow_odf.odf.errors import OdfError
@@ -208,7 +209,10 @@ class Repository:
         return f"aliases/{self.check_name(name).lower()}"
 
     def dataset_by_id(self, dataset_id: DatasetId) -> Dataset:
-        return Dataset(self.store.child(_folder(dataset_id)))
+        """The dataset's folder; it signs the heads it commits when the key store holds its key (read
+        on its first commit, once)."""
+        signer = HeadSigner(dataset_id, lambda did: self.keys.secret(did))
+        return Dataset(self.store.child(_folder(dataset_id)), signer)
 
     def resolve(self, ref: str, *, damaged: bool = False) -> DatasetId:
         """A dataset's identity from its name (any case) or `did:odf:` reference.

@@ -3,7 +3,8 @@
 A remote dataset is addressed by the URL of its layout root (`s3://bucket/repo/trades`,
 `http://host:port/trades`, `file:///srv/odf/trades`). Each local dataset remembers where it was pulled
 from and pushed to in `info/remotes`, so a plain `odf pull NAME` / `odf push NAME` repeats the last
-sync.
+sync. Both carry the attestation of the head they transfer; a pull judges it by a signature policy
+(`require`, `check`, `ignore`: docs/signatures.md).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId
+from airflow_odf.odf.identity.attestation import DEFAULT_SIGNATURE_POLICY, SignaturePolicy
 from airflow_odf.odf.repo.remotes import PULL, PUSH, remember_remote, remotes
 from airflow_odf.odf.repo.repository import DatasetNotFoundError, Repository, RepositoryError
 from airflow_odf.odf.sharing.sync import (
@@ -54,6 +56,7 @@ class SharingResult:
             "objects_skipped": r.objects_skipped,
             "bytes_transferred": r.bytes_transferred,
             "up_to_date": r.up_to_date,
+            "signature": None if r.signature is None else r.signature.as_dict(),
         }
 
 
@@ -81,7 +84,9 @@ def push_dataset(
     local = repo.dataset_by_id(did)
     url = url or last_remote(local, PUSH, name)
     remote = Dataset(open_store(url, credentials=credentials))
-    result = sync(local, remote, force=force, max_parallel=max_parallel, work_dir=repo.work_dir, log=log)
+    result = sync(
+        local, remote, force=force, max_parallel=max_parallel, work_dir=repo.work_dir, log=log, dataset_id=did
+    )
     if remember:
         remember_remote(local, PUSH, url)
     return SharingResult(PUSH, name, did, url, result)
@@ -97,8 +102,12 @@ def pull_dataset(
     remember: bool = True,
     max_parallel: int = DEFAULT_PARALLEL_TRANSFERS,
     log: Callable[[str], None] = lambda _line: None,
+    signatures: SignaturePolicy = DEFAULT_SIGNATURE_POLICY,
 ) -> SharingResult:
     """Copies the remote dataset at `url` into the repository as `name` (default: the URL's last part).
+
+    `signatures`: what a head without a good attestation does to the pull (`sync.transfer`); a refused
+    head leaves the repository as it was (SignatureRefusedError).
 
     Without `url`, `name` must be a dataset pulled before: it is updated from its remembered remote.
     A new local dataset is created under the remote's own identity (its Seed), then named. A dataset
@@ -117,7 +126,16 @@ def pull_dataset(
         did = None
     if did is not None:
         local = repo.dataset_by_id(did)
-        result = sync(remote, local, force=force, max_parallel=max_parallel, work_dir=repo.work_dir, log=log)
+        result = sync(
+            remote,
+            local,
+            force=force,
+            max_parallel=max_parallel,
+            work_dir=repo.work_dir,
+            log=log,
+            signatures=signatures,
+            dataset_id=did,
+        )
     else:
         diff = full_chain(remote)
         seed = diff.blocks[0][2].event
@@ -132,9 +150,11 @@ def pull_dataset(
             )
         local = repo.dataset_by_id(did)
         if local.head() is not None:  # known here under another name: update it, then add this name
-            result = sync(remote, local, force=force, max_parallel=max_parallel, log=log)
+            result = sync(
+                remote, local, force=force, max_parallel=max_parallel, log=log, signatures=signatures
+            )
         else:
-            result = transfer(remote, local, diff, max_parallel=max_parallel, log=log)
+            result = transfer(remote, local, diff, max_parallel=max_parallel, log=log, signatures=signatures)
         _name(repo, name, did)
     if remember:
         remember_remote(local, PULL, url)

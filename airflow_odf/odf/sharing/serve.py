@@ -1,8 +1,9 @@
 """`odf serve`: a read-only HTTP server of a local repository, by the Simple Transfer Protocol.
 
 Each dataset is served under its name (or its `did:odf:` id): `/<name>/refs/head`,
-`/<name>/blocks/<hash>`, `/<name>/data/<hash>`, `/<name>/checkpoints/<hash>`; `/` lists the datasets
-as JSON. Nothing else of the repository is reachable: only those four kinds of keys, with hashes that
+`/<name>/blocks/<hash>`, `/<name>/data/<hash>`, `/<name>/checkpoints/<hash>`,
+`/<name>/attestations/<hash>` (a head's signature); `/` lists the datasets as JSON. Nothing else of the
+repository is reachable (never a key: those live outside it): only those five kinds of keys, with hashes that
 parse, are answered, and only from regular files inside the repository: a symbolic link as the file
 itself is never followed (O_NOFOLLOW), and one among its folders only when it stays inside the
 repository. Files are sent with `sendfile`, so a pull over loopback is bounded by the client.
@@ -40,7 +41,7 @@ from airflow_odf.odf.repo.repository import Repository
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_BACKLOG = 1024
-_OBJECT_KINDS = ("blocks", "data", "checkpoints")
+_OBJECT_KINDS = ("blocks", "data", "checkpoints", "attestations")
 
 
 class ServeError(OdfError):

@@ -7,6 +7,10 @@ spec's order for stores without transactions: data and checkpoints first (in par
 already there, so an interrupted transfer resumes without re-sending), then the blocks verbatim, then
 `refs/head` by compare-and-swap against the head seen at the start. Until that last step nothing refers
 to what was copied; of two racing writers only one moves the head.
+
+The attestation of the head transferred (`attestations/<head>`, and no other) is judged against the
+dataset's DID before anything is written, refused as the signature policy says, and when good stored
+verbatim after the blocks and before the ref (`chain/head_signature.py`).
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_odf.odf.chain.dataset import CorruptDatasetError, Dataset, block_key
+from airflow_odf.odf.chain.head_signature import HeadSignature, judge_head
 from airflow_odf.odf.chain.in_flight import declaring
 from airflow_odf.odf.chain.rules import ChainState, apply_block
 from airflow_odf.odf.errors import BlockDecodeError, ChainRuleError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import decode_block
-from airflow_odf.odf.format.multiformats import Multihash
+from airflow_odf.odf.format.multiformats import DatasetId, Multihash
+from airflow_odf.odf.identity.attestation import DEFAULT_SIGNATURE_POLICY, SignaturePolicy, attestation_key
 from airflow_odf.odf.storage.store import ConflictError, ObjectNotFoundError, ObjectTooLargeError
 
 _CHUNK = 1 << 20
@@ -49,6 +55,10 @@ class DestinationAheadError(SyncError):
 
 class TamperedObjectError(SyncError):
     """A block, data file or checkpoint from the source does not match its hash or declared size."""
+
+
+class SignatureRefusedError(SyncError):
+    """The head's attestation is bad, or missing where signatures are required; nothing was written."""
 
 
 class Comparison(enum.Enum):
@@ -72,7 +82,8 @@ class ChainDiff:
 
 @dataclass(frozen=True)
 class SyncResult:
-    """What a push or pull did. `objects_skipped` were already at the destination."""
+    """What a push or pull did. `objects_skipped` were already at the destination; `signature`: the
+    transferred head's attestation as judged (None when nothing was transferred)."""
 
     comparison: Comparison
     old_head: Multihash | None
@@ -81,6 +92,7 @@ class SyncResult:
     objects_transferred: int
     objects_skipped: int
     bytes_transferred: int
+    signature: HeadSignature | None = None
 
     @property
     def up_to_date(self) -> bool:
@@ -299,12 +311,15 @@ def sync(
     max_parallel: int = DEFAULT_PARALLEL_TRANSFERS,
     work_dir: Path | None = None,
     log: Callable[[str], None] = lambda _line: None,
+    signatures: SignaturePolicy = DEFAULT_SIGNATURE_POLICY,
+    dataset_id: DatasetId | None = None,
 ) -> SyncResult:
-    """Makes `destination` hold the source's chain: missing objects, then blocks, then the head (CAS).
+    """Makes `destination` hold the source's chain: missing objects, then blocks, the head's
+    attestation, then the head (CAS).
 
     An equal chain is a no-op. A destination ahead of the source, or one whose history diverged from
     it, is refused unless `force` (then the destination's head is replaced by the source's: its own
-    newer blocks leave the chain).
+    newer blocks leave the chain). `signatures` and `dataset_id`: see `transfer`.
     """
     diff = compare_chains(source, destination)
     if diff.comparison is not Comparison.EQUAL and diff.comparison is not Comparison.AHEAD:
@@ -323,7 +338,16 @@ def sync(
         blocks = list(reversed(list(_walk(source, diff.source_head))))
         _check_same_dataset(blocks, destination)
         diff = ChainDiff(diff.comparison, diff.source_head, diff.destination_head, blocks)
-    return transfer(source, destination, diff, max_parallel=max_parallel, work_dir=work_dir, log=log)
+    return transfer(
+        source,
+        destination,
+        diff,
+        max_parallel=max_parallel,
+        work_dir=work_dir,
+        log=log,
+        signatures=signatures,
+        dataset_id=dataset_id,
+    )
 
 
 def full_chain(source: Dataset) -> ChainDiff:
@@ -348,6 +372,38 @@ def _lost_race(
     ) from None
 
 
+def _judge_head(
+    source: Dataset,
+    destination: Dataset,
+    diff: ChainDiff,
+    policy: SignaturePolicy,
+    dataset_id: DatasetId | None,
+    log: Callable[[str], None],
+) -> HeadSignature:
+    """The attestation of the head `diff` brings, judged before anything is written: refused
+    (SignatureRefusedError) as `policy` says, noted in `log` when missing or (under `ignore`) bad."""
+    head, _raw, block = diff.blocks[-1]
+    seed = diff.blocks[0][2].event
+    if isinstance(seed, model.Seed):
+        dataset_id = seed.dataset_id  # the chain's own (a copied chain of another DID names the wrong one)
+    elif dataset_id is None:
+        dataset_id = destination.state().dataset_id
+    if dataset_id is None:
+        raise SyncError(f"the destination {destination.store!r} has no Seed: whose head this is is unknown")
+    signature = judge_head(source.store, dataset_id, head, block)
+    reason = signature.refusal(policy)
+    if reason is not None:
+        raise SignatureRefusedError(
+            f"{dataset_id}: head {head} from {source.store!r} refused: {reason}; "
+            f"nothing was written (signature policy {policy})"
+        )
+    if signature.status == "missing":
+        log(f"note: {dataset_id}: head {head} carries no attestation, so who published it is unknown")
+    elif signature.status == "bad":
+        log(f"note: {dataset_id}: {signature.describe()}: ignored, not copied (signature policy ignore)")
+    return signature
+
+
 def transfer(
     source: Dataset,
     destination: Dataset,
@@ -356,13 +412,25 @@ def transfer(
     max_parallel: int = DEFAULT_PARALLEL_TRANSFERS,
     work_dir: Path | None = None,
     log: Callable[[str], None] = lambda _line: None,
+    signatures: SignaturePolicy = DEFAULT_SIGNATURE_POLICY,
+    dataset_id: DatasetId | None = None,
 ) -> SyncResult:
-    """Copies the blocks of `diff` and their objects, then moves the head from `diff.destination_head`."""
+    """Copies the blocks of `diff` and their objects, then the new head's attestation, then moves the
+    head from `diff.destination_head`.
+
+    `signatures`: `check` refuses a head whose attestation is bad (another key, dataset or head, a
+    damaged one), `require` also one without any, `ignore` refuses nothing (a bad one is not copied);
+    judged before anything is written. `dataset_id`: the dataset's DID as the caller knows it (else the
+    Seed's, or the destination's)."""
     if diff.comparison is Comparison.EQUAL:
         return SyncResult(diff.comparison, diff.destination_head, diff.destination_head, [], 0, 0, 0)
+    signature = _judge_head(source, destination, diff, signatures, dataset_id, log)
+    attestation = signature.attestation
     objects = objects_of(diff.blocks)
     # declared before the destination is asked what it has: `odf gc` keeps what is there (see in_flight)
     declared = [*(o.key for o in objects), *(block_key(h) for h, _raw, _b in diff.blocks)]
+    if attestation is not None:
+        declared.append(attestation_key(signature.head))
     with declaring(destination.store, declared) as intent:
         with ThreadPoolExecutor(max_workers=max(1, max_parallel)) as pool:  # a request each on S3/HTTP
             present = list(pool.map(lambda o: destination.store.exists(o.key), objects))
@@ -392,6 +460,7 @@ def transfer(
                 expected_head=diff.destination_head,
                 replace=replace,
                 intent=intent,
+                attestation=attestation,
             )
         except ChainRuleError as e:
             raise TamperedObjectError(
@@ -407,4 +476,5 @@ def transfer(
         len(missing),
         len(objects) - len(missing),
         sum(sizes),
+        signature,
     )

@@ -425,10 +425,12 @@ class HttpObjectStore(ObjectStore):
     # ----- reading -----
 
     def get(self, key: str) -> bytes:
-        """The whole object in memory: a ref up to `MAX_REF_BYTES`, anything else (a block) up to
-        `limits.max_block_bytes()`."""
+        """The whole object in memory: a ref up to `MAX_REF_BYTES`, an attestation up to
+        `MAX_ATTESTATION_BYTES`, anything else (a block) up to `limits.max_block_bytes()`."""
         if key.startswith("refs/"):
             limit, why = limits.MAX_REF_BYTES, "the most a ref may hold"
+        elif key.startswith("attestations/"):
+            limit, why = limits.MAX_ATTESTATION_BYTES, "the most a head attestation holds"
         else:
             limit, why = limits.max_block_bytes(), f"the limit {limits.MAX_BLOCK_BYTES_ENV}"
         where = self.url

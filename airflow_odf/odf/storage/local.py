@@ -38,11 +38,14 @@ class UnsafeObjectError(OdfError):
 
 def read_limit(key: str) -> tuple[int, str] | None:
     """The most bytes `get` reads for a key, and why: refs and names hold one hash or name, blocks are
-    capped by `limits.max_block_bytes()`; other objects (summaries, data) are not capped here."""
+    capped by `limits.max_block_bytes()`, attestations by `limits.MAX_ATTESTATION_BYTES`; other objects
+    (summaries, data) are not capped here."""
     if key.startswith(("refs/", "aliases/")) or key == "info/alias":
         return limits.MAX_REF_BYTES, "more than a ref or name holds"
     if key.startswith("blocks/"):
         return limits.max_block_bytes(), f"the block limit, {limits.MAX_BLOCK_BYTES_ENV}"
+    if key.startswith("attestations/"):
+        return limits.MAX_ATTESTATION_BYTES, "more than a head attestation holds"
     return None
 
 
