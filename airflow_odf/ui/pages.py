@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from airflow_odf.odf.chain.head_signature import UNSIGNED
 from airflow_odf.odf.repo.history import SchemaHistory
 from airflow_odf.odf.repo.lineage import Lineage
 from airflow_odf.odf.repo.overview import DatasetOverview, Verification
@@ -127,7 +128,14 @@ def _verification(v: Verification | None) -> str:
     if v is None:
         return '<span class="note">—</span>'
     head = f'<span class="hash" title="{_text(v.head)}">{_text(_short(v.head))}</span>'
-    return f"{head} {_text(v.time)} ({_text(v.how)})"
+    if v.signer is None:
+        signed = ""
+    elif v.signer == UNSIGNED:
+        signed = f" · {UNSIGNED}"
+    else:
+        did = f"did:odf:…{_short(v.signer)}"
+        signed = f' · signed by <span class="hash" title="{_text(v.signer)}">{_text(did)}</span>'
+    return f"{head} {_text(v.time)} ({_text(v.how)}){signed}"
 
 
 def _dataset_cells(paths: Paths, conn_id: str, row: DatasetOverview) -> list[str]:

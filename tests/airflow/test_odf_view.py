@@ -274,7 +274,10 @@ def test_the_last_verification_is_shown_from_its_record(client: TestClient, pipe
     assert report.ok, report.problems
     record = read_record(trades).integrity
     assert record is not None and record.head == trades.existing_head()
-    shown = f"{str(record.head)[-8:]}</span> {record.verified_at} (full)"
+    did = str(pipeline.resolve("com.example.trades"))  # created here, so its heads are signed
+    assert record.signer == did
+    signed = f'signed by <span class="hash" title="{did}">did:odf:…{did[-8:]}</span>'
+    shown = f"{str(record.head)[-8:]}</span> {record.verified_at} (full) · {signed}"
     assert shown in client.get(f"/connections/{CONN}/datasets/com.example.trades").text
     assert shown in client.get(f"/connections/{CONN}").text
 

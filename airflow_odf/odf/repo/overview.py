@@ -21,11 +21,13 @@ from airflow_odf.odf.storage.redact import redact_url
 
 @dataclass(frozen=True)
 class Verification:
-    """Which head was last verified, when and how."""
+    """Which head was last verified, when and how; `signer`: who signed that head (a DID, or
+    `unsigned`; None when the record predates signed heads)."""
 
     head: str
     time: str
     how: str
+    signer: str | None = None
 
 
 def last_verification(dataset: Dataset) -> Verification | None:
@@ -39,7 +41,7 @@ def last_verification(dataset: Dataset) -> Verification | None:
     if record.replay is not None and record.replay.head == entry.head:
         engine = record.replay.engine
         how += ", transforms replayed" + (f" on {engine}" if engine else "")
-    return Verification(head=str(entry.head), time=str(entry.verified_at), how=how)
+    return Verification(head=str(entry.head), time=str(entry.verified_at), how=how, signer=entry.signer)
 
 
 def pulled_from(dataset: Dataset) -> str | None:
