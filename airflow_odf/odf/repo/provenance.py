@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from airflow_odf.odf.chain.block_index import ChainIndex, IndexedBlock
 from airflow_odf.odf.chain.offsets import Interval, consumed_interval, merged, without
-from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.errors import OdfError, quoted
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.fields import METADATA_EVENT
 from airflow_odf.odf.format.multiformats import DatasetId, Multihash
@@ -101,6 +101,7 @@ class DatasetProvenance:
     reasons: list[str] = field(default_factory=list)  # why it is not RESOLVED
 
     def flag(self, status: str, reason: str) -> None:
+        """Keeps the worst status seen and each reason once: a reader's many steps say one thing once."""
         order = (RESOLVED, DIVERGED, UNRESOLVED, MISSING)
         if order.index(status) > order.index(self.status):
             self.status = status
@@ -343,7 +344,7 @@ def _block_by_hash(index: ChainIndex, name: str, text: str) -> tuple[Multihash, 
     try:
         block_hash = Multihash.parse(text)
     except OdfError as e:
-        raise ProvenanceError(f"{text!r} is not a block hash: {e}") from None
+        raise ProvenanceError(f"{quoted(text)} is not a block hash: {e}") from None
     if index.sequence_number(block_hash) is None:
         raise ProvenanceError(
             f"block {block_hash} is not in the chain of {name} (head {index.head}): `odf log {name}` "
