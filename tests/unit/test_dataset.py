@@ -128,12 +128,15 @@ def ds(root: Path) -> Dataset:
     return dataset
 
 
-def rich_dataset(root: Path, tmp_path: Path) -> Dataset:
-    """A dataset with sources, vocab, data, a checkpoint and source states."""
-    dataset = open_dataset(root)
+def rich_dataset(
+    root: Path, tmp_path: Path, *, dataset: Dataset | None = None, seed: model.Seed = SEED
+) -> Dataset:
+    """A dataset with sources, vocab, data, a checkpoint and source states: the one at `root`, or
+    `dataset` (e.g. a repository's, which signs its heads) with its own `seed`."""
+    dataset = dataset if dataset is not None else open_dataset(root)
     dataset.commit(
         [
-            SEED,
+            seed,
             model.AddPushSource(
                 source_name="api", read=model.ReadStepNdJson(), merge=model.MergeStrategyAppend()
             ),

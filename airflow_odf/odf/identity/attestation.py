@@ -35,6 +35,7 @@ from airflow_odf.odf.limits import MAX_ATTESTATION_BYTES
 ATTESTATIONS_PREFIX = "attestations"
 ATTESTATION_TYPE = "OdfHeadAttestation"
 ATTESTATION_VERSION = 1
+_PROOF_FIELDS = {"type", "verificationMethod", "proofValue"}
 
 #: What a pull does with head attestations: `require` refuses a head without a valid one; `check`
 #: (default) refuses a bad one and reports a missing one (kamu's chains carry none); `ignore` skips.
@@ -113,6 +114,12 @@ def _document(data: bytes) -> dict[str, Any]:
         raise AttestationError("malformed", f"not JSON: {e}") from None
     if not isinstance(document, dict) or not isinstance(document.get("proof"), dict):
         raise AttestationError("malformed", "not an attestation document (an object with a proof)")
+    try:  # one document, one byte string: any other spelling of it is refused (nothing is malleable)
+        canonical = canonical_json(document) == data
+    except OdfError:
+        canonical = False
+    if not canonical:
+        raise AttestationError("malformed", "not in canonical JSON form")
     return document
 
 
@@ -135,12 +142,18 @@ def check_attestation(data: bytes, facts: HeadFacts) -> DatasetId:
             )
     if set(document) != set(expected):
         raise AttestationError("malformed", f"unexpected fields {sorted(set(document) - set(expected))}")
+    if set(proof) != _PROOF_FIELDS:
+        raise AttestationError(
+            "malformed", f"the proof has fields {sorted(proof)}, expected {sorted(_PROOF_FIELDS)}"
+        )
     if proof.get("type") != PROOF_TYPE or proof.get("verificationMethod") != expected["dataset"]:
         raise AttestationError("bad-signature", "the proof is not an ed25519 signature by the dataset's DID")
     try:
         signature = parse_signature(proof.get("proofValue"))
     except OdfError as e:
         raise AttestationError("bad-signature", str(e)) from None
+    if signature_text(signature) != proof["proofValue"]:  # e.g. other unused bits in its last character
+        raise AttestationError("malformed", "the signature is not in its canonical multibase form")
     if not is_valid_signature(facts.dataset, signature, canonical_json(expected)):
         raise AttestationError("bad-signature", f"the signature is not one by the key of {facts.dataset}")
     return facts.dataset
