@@ -20,13 +20,16 @@ from typing import Any
 import pytest
 
 from airflow_odf.odf.errors import OdfError
+from airflow_odf.odf.identity.attestation import attestation_key
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.sharing.push_pull import pull_dataset
-from airflow_odf.odf.sharing.sync import TamperedObjectError
+from airflow_odf.odf.sharing.sync import SignatureRefusedError, TamperedObjectError
 from airflow_odf.odf.storage.http import MAX_REDIRECTS, HttpObjectStore, HttpStoreError
 from airflow_odf.odf.storage.store import ObjectTooLargeError
 from tests.sharing.test_push_pull import NAME, folder, make_repo
 from tests.unit.test_dataset import files
+from tests.unit.test_signed_heads import folder as signed_folder
+from tests.unit.test_signed_heads import signed_repo
 
 REPO = Path(__file__).resolve().parents[2]
 #: Bytes per write of an endless body, and the pause between writes: about 6 MB/s, so that a client
@@ -364,3 +367,19 @@ def test_a_pull_stops_reading_an_object_beyond_its_declared_size(
     assert all(not (d / "refs" / "head").exists() and files(d, "blocks") == {} for d in datasets)
     assert not any((d / victim).exists() for d in datasets)
     assert not list(local.root.rglob(".sync-*")) and not list(local.root.rglob(".tmp-*"))
+
+
+def test_an_endless_attestation_is_cut_at_its_limit_and_the_pull_refused(
+    hostile: Callable[[Behaviour], HostilePeer], tmp_path: Path
+) -> None:
+    """A real signed dataset whose head's attestation never ends: read no further than an attestation
+    can be long, the head is refused (malformed) before anything is written."""
+    origin, did = signed_repo(tmp_path / "a", tmp_path)
+    head = origin.dataset(NAME).head()
+    served = signed_folder(origin, did)
+    peer = hostile(routes({attestation_key(head): endless()}, files_of(served.parent)))
+    local = Repository.init(tmp_path / "b")
+    outcome = within_time_limit(lambda: pull_dataset(local, f"{peer.url}/{served.name}", name=NAME))
+    assert isinstance(outcome, SignatureRefusedError), outcome
+    assert f"(malformed: attestations/{head} at" in str(outcome) and "larger than 4096 bytes" in str(outcome)
+    assert local.list() == [] and not [p for p in (local.root / "datasets").rglob("*") if p.is_file()]
