@@ -4,6 +4,7 @@ results are placed and printed."""
 
 from __future__ import annotations
 
+import base64
 import io
 from pathlib import Path
 
@@ -11,14 +12,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_odf.odf.chain.data_access import BlockNotInChainError, slices_as_of
+from airflow_odf.odf.chain.data_access import BlockNotInChainError, data_as_of, slices_as_of
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
 from airflow_odf.odf.query.output import OutputExistsError, place_folder, require_free, write_rows
-from airflow_odf.odf.query.tables import QueryError, names_in, query_tables
+from airflow_odf.odf.query.tables import QueryError, names_in, pin, query_tables
 from airflow_odf.odf.repo.repository import Repository
-from airflow_odf.odf.schema.data_schema import data_schema_from_arrow
+from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, data_schema_to_arrow
+from airflow_odf.odf.schema.evolution import odf_schema
 
 SCHEMA = pa.schema(
     [pa.field("offset", pa.int64(), nullable=False), pa.field("op", pa.int32()), pa.field("v", pa.string())]
@@ -174,3 +176,24 @@ def test_rows_printed_as_table_csv_and_json() -> None:
         out.getvalue()
         == '[\n  {\n    "symbol": "ACME",\n    "n": 3\n  },\n  {\n    "symbol": null,\n    "n": 12\n  }\n]\n'
     )
+
+
+def test_as_of_a_block_before_a_schema_change_the_table_has_the_schema_of_then(
+    chain: tuple[Repository, list[str], list[str]], tmp_path: Path
+) -> None:
+    repo, blocks, slices = chain
+    dataset = repo.dataset("com.example.t")
+    wider = SCHEMA.append(pa.field("w", pa.string()))
+    dataset.commit([model.SetDataSchema(schema=data_schema_from_arrow(wider))])
+    state = dataset.state()
+    for block, columns in (
+        (blocks[1], SCHEMA.names),
+        (blocks[3], SCHEMA.names),
+        (str(state.head), wider.names),
+    ):
+        pinned = pin(dataset, state, Multihash.parse(block))
+        schema = data_schema_to_arrow(odf_schema(pinned.schema))  # type: ignore[arg-type]
+        assert schema.names == columns, block
+    assert data_as_of(dataset, state, Multihash.parse(blocks[1]))[0] == slices[:2]
+    [table] = query_tables(repo, "SELECT 1", tmp_path / "op", {"com.example.t": blocks[1]})
+    assert pa.ipc.read_schema(pa.py_buffer(base64.b64decode(table.schema or ""))).names == SCHEMA.names

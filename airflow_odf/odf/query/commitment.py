@@ -149,6 +149,8 @@ def answer_query(
         raise RequestError(f"schemaFormat {request.schema_format}: this node answers {SCHEMA_FORMAT} only")
     if "Proof" in request.include and node_key is None:
         raise RequestError("Response signing is not enabled by the node operator")
+    if not request.query.strip():
+        raise RequestError("query: empty")
     bound = bind_datasets(repo, request.query, request.datasets or ())
     table = _rows(repo, runner, request, bound, work_dir)
     output: dict[str, Any] = {
@@ -178,8 +180,6 @@ def _rows(
 ) -> pa.Table:
     """The result's rows `skip` to `skip + limit`: the engine leaves out the first and writes at most
     `limit + 1` (its cap), so no more is ever read."""
-    if not request.query.strip():
-        raise RequestError("query: empty")
     with operation_dir(work_dir) as op_dir:
         engine_request = QueryRequest(
             operation_id=op_dir.name,
