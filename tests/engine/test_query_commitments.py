@@ -153,19 +153,21 @@ def test_kamus_client_flow(node: tuple[str, QueryEndpoint], pipeline: Pipeline) 
         assert body["ok"] is False
         return body["error"]
 
-    forged = copy.deepcopy(commitment)
-    forged["commitment"]["inputHash"] = OTHER_HASH
-    assert refused(forged) == {
+    def changed(section: str, name: str, value: str) -> dict[str, Any]:
+        forged = copy.deepcopy(commitment)
+        forged[section][name] = value
+        return forged
+
+    assert refused(changed("commitment", "inputHash", OTHER_HASH)) == {
         "kind": "InvalidRequest::InputHash",
         "message": "The commitment is invalid and cannot be disputed: commitment.inputHash doesn't match "
         "the hash of input object",
     }
-    forged = copy.deepcopy(commitment)
-    forged["commitment"]["subQueriesHash"] = OTHER_HASH
-    assert refused(forged)["kind"] == "InvalidRequest::SubQueriesHash"
-    forged = copy.deepcopy(commitment)
-    forged["proof"]["proofValue"] = OTHER_SIGNATURE
-    assert refused(forged) == {
+    assert (
+        refused(changed("commitment", "subQueriesHash", OTHER_HASH))["kind"]
+        == "InvalidRequest::SubQueriesHash"
+    )
+    assert refused(changed("proof", "proofValue", OTHER_SIGNATURE)) == {
         "kind": "InvalidRequest::BadSignature",
         "message": "The commitment is invalid and cannot be disputed: "
         "Verification equation was not satisfied",
