@@ -3,8 +3,10 @@
 `ingest_trades` and `transform_daily` build the datasets of example 1 in the repository of
 `odf_default`; `push_*` copy both to the S3 repository of `odf_s3` (objects, then blocks verbatim,
 then the head by compare-and-swap); `pull_*` copy them from there into the repository of
-`odf_replica`, hashing every block and object on arrival; `verify_replica` re-checks the replica's
-integrity and replays its transform on the pulled input — a consumer proving the data it received.
+`odf_replica`, hashing every block and object on arrival and requiring each head to be signed by its
+dataset's key (`signatures="require"`: the datasets were created by `odf_default`'s repository, which
+signs their heads); `verify_replica` re-checks the replica's integrity, names who signed its head and
+replays its transform on the pulled input — a consumer proving the data it received.
 
 The pulls commit into the replica, but they declare no outlet (`outlets=[]`): the asset of a dataset
 is its id, the same in every repository, and the replica's copy of blocks already reported by the
@@ -64,6 +66,7 @@ def odf_sharing() -> None:
         remote_conn_id="odf_s3",
         odf_conn_id="odf_replica",
         create_repository=True,
+        signatures="require",  # a head without its owner's signature is refused
         outlets=[],  # the replica's copy is no news: no asset event
     )
     pull_daily = OdfPullOperator(
@@ -71,6 +74,7 @@ def odf_sharing() -> None:
         dataset=DAILY,
         remote_conn_id="odf_s3",
         odf_conn_id="odf_replica",
+        signatures="require",
         outlets=[],
     )
     verify = OdfVerifyOperator(task_id="verify_replica", dataset=DAILY, odf_conn_id="odf_replica")

@@ -58,12 +58,19 @@ def test_sharing_dag(
         assert pushed["prev_head"] is None and pulled["prev_head"] is None
         assert pushed["new_blocks"] == pulled["new_blocks"] and pulled["records"] > 0
         assert pulled["remote_url"] == f"{remote}/{name}"
+        signed = {"status": "signed", "signer": str(origin.resolve(name))}  # required by the pulls
+        assert pushed["signature"] == pulled["signature"] == signed
         did = str(origin.resolve(name)).removeprefix("did:odf:")
         for sub in ("blocks", "data", "checkpoints"):
             assert files(odf_repo / "datasets" / did, sub) == files(replica_root / "datasets" / did, sub)
+        attestation = f"attestations/{head}"
+        assert (replica_root / "datasets" / did / attestation).read_bytes() == (
+            odf_repo / "datasets" / did / attestation
+        ).read_bytes()
         # the asset event of the head came from the task that wrote it; the example's pull declares no
         # outlet (a copy is no news to DAGs scheduled on the dataset), the push has none
         events = [e for e in asset_events(f"odf://{did}") if e["extra"].get("head") == str(head)]
         assert events and not {e["source_task_id"] for e in events} & {pull_task, push_task}
     report = xcom(run, "verify_replica")
     assert report["ok"] and report["reproducibility"] == "checked"
+    assert report["signature"] == {"status": "signed", "signer": str(origin.resolve(DATASETS[1]))}
