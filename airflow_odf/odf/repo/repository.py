@@ -379,8 +379,15 @@ class Repository:
         self, name: str, kind: model.DatasetKind, events: list[Any], system_time: Timestamp
     ) -> AddResult:
         did, secret = DatasetId.generate()
-        self.keys.save(secret)  # first: a crash after it leaves an unused key, never an unowned dataset
-        dataset = self.dataset_by_id(did)
+
+        def kept(_: DatasetId) -> bytes:
+            self.keys.save(secret)
+            return secret
+
+        # the key is stored when the first head is signed: after the blocks are made and validated (a
+        # refused snapshot leaves no key), before anything is stored (a crash leaves at worst an unused
+        # key, never an unowned dataset)
+        dataset = Dataset(self.store.child(_folder(did)), HeadSigner(did, kept))
         seed = model.Seed(dataset_id=did, dataset_kind=kind)
         commit = dataset.commit([seed, *events], system_time=system_time, expected_head=None)
         try:  # the name is taken last: a failed creation leaves only an unnamed dataset for `gc`
