@@ -260,8 +260,8 @@ def test_an_endless_ref_is_cut_at_its_limit(hostile: Callable[[Behaviour], Hosti
     outcome = within_time_limit(lambda: store_of(peer).get("refs/head"))
     assert isinstance(outcome, ObjectTooLargeError), outcome
     assert str(outcome) == (
-        f"refs/head at {peer.url}/ds is larger than 1024 bytes (the server sent more; the most a ref may "
-        "hold); refused"
+        f"refs/head at {peer.url}/ds is larger than 1024 bytes (the server sent more; more than a ref or "
+        "name holds); refused"
     )
 
 

@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -84,6 +85,23 @@ def test_s3_push_and_pull_carry_the_attestation(
     pulled = pull_dataset(replica, url, name=NAME, credentials=s3_credentials, signatures="require")
     assert pulled.result.signature is not None and pulled.result.signature.signer == did
     assert (folder(replica, did) / attestation_key(head)).read_bytes() == genuine
+
+
+def test_an_oversized_attestation_in_s3_is_refused_unread(
+    tmp_path: Path, s3_bucket: str, s3_credentials: StoreCredentials, s3_admin: Any
+) -> None:
+    """The S3 store reads no more of an attestation than one can hold (as local disk and HTTP): a
+    bucket holding a 32 MiB one is refused (malformed) and the pull writes nothing."""
+    origin, _did = signed_repo(tmp_path / "a", tmp_path)
+    head = origin.dataset(NAME).head()
+    assert head is not None
+    url = f"s3://{s3_bucket}/odf/{NAME}"
+    push_dataset(origin, NAME, url, credentials=s3_credentials)
+    s3_admin.put_object(Bucket=s3_bucket, Key=f"odf/{NAME}/{attestation_key(head)}", Body=b"{" * (32 << 20))
+    replica = Repository.init(tmp_path / "b")
+    with pytest.raises(SignatureRefusedError, match="larger than 4096 bytes"):
+        pull_dataset(replica, url, name=NAME, credentials=s3_credentials)
+    assert replica.list() == [] and not [p for p in (replica.root / "datasets").rglob("*") if p.is_file()]
 
 
 def test_http_pull_carries_the_attestation_and_refuses_a_forged_one(tmp_path: Path) -> None:

@@ -41,6 +41,7 @@ from airflow_odf.odf.storage.store import (
     ObjectStore,
     check_key,
     object_too_large,
+    read_limit,
     writing_atomically,
 )
 
@@ -425,14 +426,9 @@ class HttpObjectStore(ObjectStore):
     # ----- reading -----
 
     def get(self, key: str) -> bytes:
-        """The whole object in memory: a ref up to `MAX_REF_BYTES`, an attestation up to
-        `MAX_ATTESTATION_BYTES`, anything else (a block) up to `limits.max_block_bytes()`."""
-        if key.startswith("refs/"):
-            limit, why = limits.MAX_REF_BYTES, "the most a ref may hold"
-        elif key.startswith("attestations/"):
-            limit, why = limits.MAX_ATTESTATION_BYTES, "the most a head attestation holds"
-        else:
-            limit, why = limits.max_block_bytes(), f"the limit {limits.MAX_BLOCK_BYTES_ENV}"
+        """The whole object in memory, at most `read_limit(key)` bytes (a ref, a block, an
+        attestation); anything else a peer serves is read up to `limits.max_block_bytes()`."""
+        limit, why = read_limit(key) or (limits.max_block_bytes(), f"the limit {limits.MAX_BLOCK_BYTES_ENV}")
         where = self.url
 
         def read(response: http.client.HTTPResponse, deadline: _Deadline) -> bytes:

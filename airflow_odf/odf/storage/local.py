@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from airflow_odf.odf import limits
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.storage.store import (
     ConflictError,
@@ -27,6 +26,7 @@ from airflow_odf.odf.storage.store import (
     ObjectStore,
     check_key,
     object_too_large,
+    read_limit,
     writing_atomically,
 )
 
@@ -34,19 +34,6 @@ from airflow_odf.odf.storage.store import (
 class UnsafeObjectError(OdfError):
     """An object the local store refuses: not a regular file, or reached through a symbolic link that
     leads out of the repository. (One larger than its limit: `ObjectTooLargeError`.)"""
-
-
-def read_limit(key: str) -> tuple[int, str] | None:
-    """The most bytes `get` reads for a key, and why: refs and names hold one hash or name, blocks are
-    capped by `limits.max_block_bytes()`, attestations by `limits.MAX_ATTESTATION_BYTES`; other objects
-    (summaries, data) are not capped here."""
-    if key.startswith(("refs/", "aliases/")) or key == "info/alias":
-        return limits.MAX_REF_BYTES, "more than a ref or name holds"
-    if key.startswith("blocks/"):
-        return limits.max_block_bytes(), f"the block limit, {limits.MAX_BLOCK_BYTES_ENV}"
-    if key.startswith("attestations/"):
-        return limits.MAX_ATTESTATION_BYTES, "more than a head attestation holds"
-    return None
 
 
 def _inside(path: str, boundary: str) -> bool:

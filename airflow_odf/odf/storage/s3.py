@@ -25,6 +25,7 @@ from airflow_odf.odf.storage.store import (
     ObjectStore,
     check_key,
     object_too_large,
+    read_limit,
     writing_atomically,
 )
 
@@ -242,10 +243,20 @@ class S3ObjectStore(ObjectStore):
         )
 
     def _read(self, key: str) -> tuple[bytes, str]:
-        """The object's bytes and ETag (the ETag conditions the next write)."""
+        """The object's bytes and ETag (the ETag conditions the next write); at most `read_limit(key)`
+        bytes: a larger object (a hostile peer's endless attestation) is refused, not read whole."""
         response = self._call("GET", key, self.client.get_object, Bucket=self.bucket, Key=self._key(key))
+        capped = read_limit(key)
         with contextlib.closing(response["Body"]) as body:
-            data = self._call("GET", key, body.read)
+            if capped is None:
+                return self._call("GET", key, body.read), response["ETag"]
+            limit, why = capped
+            too_large = object_too_large(key, self.url, limit, why)
+            if int(response.get("ContentLength") or 0) > limit:
+                raise too_large
+            data = self._call("GET", key, body.read, limit + 1)
+        if len(data) > limit:
+            raise too_large
         return data, response["ETag"]
 
     # ----- the store interface -----

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
+from airflow_odf.odf import limits
 from airflow_odf.odf.errors import OdfError
 
 
@@ -33,6 +34,20 @@ class ConflictError(OdfError):
     def changed(cls, key: str, expected: bytes | None, found: bytes | None) -> ConflictError:
         """The conflict every store reports: the ref's expected and found values."""
         return cls(f"{key} changed concurrently: expected {_show(expected)}, found {_show(found)}")
+
+
+def read_limit(key: str) -> tuple[int, str] | None:
+    """The most bytes a store's `get` reads for a key, and why (the same on every store: a peer's or a
+    planted object is refused, not read whole): refs and names hold one hash or name, blocks are
+    capped by `limits.max_block_bytes()`, attestations by `limits.MAX_ATTESTATION_BYTES`; other objects
+    (summaries, data) are not capped here."""
+    if key.startswith(("refs/", "aliases/")) or key == "info/alias":
+        return limits.MAX_REF_BYTES, "more than a ref or name holds"
+    if key.startswith("blocks/"):
+        return limits.max_block_bytes(), f"the block limit, {limits.MAX_BLOCK_BYTES_ENV}"
+    if key.startswith("attestations/"):
+        return limits.MAX_ATTESTATION_BYTES, "more than a head attestation holds"
+    return None
 
 
 def _show(value: bytes | None) -> str:
