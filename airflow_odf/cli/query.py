@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow_odf.cli.engine import LazyRunner, engine_options
-from airflow_odf.cli.errors import CommandError, positive_int
+from airflow_odf.cli.errors import CommandError, VerificationFailed, positive_int
 from airflow_odf.odf.query.request import DATA_FORMATS
 from airflow_odf.odf.repo.repository import Repository
 
@@ -128,7 +128,8 @@ def _read_document(path: str) -> Any:
 
 
 def cmd_verify_query(args: argparse.Namespace) -> None:
-    """Prints kamu's /verify answer; exit 0 when it is ok, 1 when the commitment fails a check."""
+    """Prints kamu's /verify answer; exit 0 when it is ok, 4 (as `odf verify`) when the commitment fails
+    a check."""
     from airflow_odf.odf.query.commitment import verify_commitment
     from airflow_odf.odf.query.request import RequestError
 
@@ -140,7 +141,7 @@ def cmd_verify_query(args: argparse.Namespace) -> None:
         raise CommandError(f"{args.file}: {e}") from None
     print(json.dumps(verdict, indent=2, ensure_ascii=False))
     if not verdict["ok"]:
-        sys.exit(1)
+        raise VerificationFailed
 
 
 def query_endpoint(args: argparse.Namespace, repo: Repository) -> QueryEndpoint:

@@ -285,10 +285,7 @@ def test_proof_and_verify_query(
     def verify(text: str) -> tuple[int, dict[str, Any]]:
         path = tmp_path / "commitment.json"
         path.write_text(text)
-        try:
-            code = main(["verify-query", str(path), *base])
-        except SystemExit as e:  # a failed verification: exit 1
-            code = int(e.code or 0)
+        code = main(["verify-query", str(path), *base])
         return code, json.loads(capsys.readouterr().out)
 
     text = proof.read_text()
@@ -300,9 +297,9 @@ def test_proof_and_verify_query(
     value = document["proof"]["proofValue"]
     flipped = value[:10] + ("A" if value[10] != "A" else "B") + value[11:]
     code, answer = verify(_flip(text, value, flipped))
-    assert (code, answer["error"]["kind"]) == (1, "InvalidRequest::BadSignature")
+    assert (code, answer["error"]["kind"]) == (4, "InvalidRequest::BadSignature")
     code, answer = verify(_flip(text, '"ACME"', '"ACMF"'))  # the output, changed in the document
-    assert (code, answer["error"]["kind"]) == (1, "InvalidRequest::OutputHash")
+    assert (code, answer["error"]["kind"]) == (4, "InvalidRequest::OutputHash")
 
     # a slice of the repository changed: the re-executed query gives another output
     dataset = Repository.open(repo).dataset(ROOT)
@@ -323,7 +320,7 @@ def test_proof_and_verify_query(
                 path,
             )
     code, answer = verify(text)
-    assert (code, answer["error"]["kind"]) == (1, "VerificationFailed::OutputMismatch")
+    assert (code, answer["error"]["kind"]) == (4, "VerificationFailed::OutputMismatch")
     assert answer["error"]["expected_hash"] == document["commitment"]["outputHash"]
 
     assert main(["verify-query", str(tmp_path / "missing.json"), *base]) == 2
