@@ -105,7 +105,7 @@ class HeadSignature:
 
 def read_attestation(store: ObjectStore, head: Multihash) -> bytes | None:
     """The attestation a store holds for `head`, None when it holds none; AttestationError (malformed)
-    when the store refuses it as larger than any attestation (local disk and HTTP read no further)."""
+    when the store refuses it as larger than any attestation (every store reads no further)."""
     key = attestation_key(head)
     try:
         data = store.get_or_none(key)
