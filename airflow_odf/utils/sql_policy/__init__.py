@@ -5,6 +5,13 @@ It lives in utils because the engine checks each statement again before `spark.s
 import the core; it imports neither ODF, Airflow nor Spark.
 """
 
-from airflow_odf.utils.sql_policy.check import SqlRefused, StepRefused, TableRead, check_query, check_steps
+from airflow_odf.utils.sql_policy.check import (
+    SqlRefused,
+    StepRefused,
+    TableRead,
+    check_query,
+    check_steps,
+    parse_query,
+)
 
-__all__ = ["SqlRefused", "StepRefused", "TableRead", "check_query", "check_steps"]
+__all__ = ["SqlRefused", "StepRefused", "TableRead", "check_query", "check_steps", "parse_query"]

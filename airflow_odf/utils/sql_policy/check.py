@@ -126,6 +126,16 @@ def check_query(sql: str, relations: Collection[str] | None) -> tuple[TableRead,
     return _checked(sql, allowed)
 
 
+def parse_query(sql: str, relations: Collection[str] | None) -> exp.Expression:
+    """The parsed statement of a query the policy accepts (`check_query`; raises SqlRefused otherwise),
+    as the policy read it (`TABLE name` as `SELECT * FROM name`): a fresh tree, the caller's to change.
+
+    For readers of the query's structure (column lineage), which must see what Spark will run."""
+    check_query(sql, relations)
+    tree, _ = _parse(sql, _tokens(sql))
+    return tree
+
+
 def check_steps(steps: Sequence[tuple[str, str | None]], inputs: Collection[str]) -> None:
     """Checks SQL steps run in order: each may read `inputs` and the aliases of the steps before it.
 
