@@ -90,6 +90,11 @@ class OdfPollingTrigger(BaseTrigger):
     def check(self) -> dict[str, Any] | None:
         """One blocking check (runs in a thread): the event payload when done, else None."""
 
+    def next_check_in(self) -> float:
+        """Seconds until the next check: `poll_interval`, or less when the last check knows the moment
+        its answer changes (a batching interval ending)."""
+        return self.poll_interval
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         last_failure: CheckFailure | None = None
         while True:
@@ -118,4 +123,5 @@ class OdfPollingTrigger(BaseTrigger):
                     message += f"; the last check failed: {last_failure.message}"
                 yield TriggerEvent({"status": "timeout", "dataset": self.dataset, "message": message})
                 return
-            await asyncio.sleep(self.poll_interval if left is None else min(self.poll_interval, left))
+            wait = self.next_check_in()
+            await asyncio.sleep(wait if left is None else min(wait, left))
