@@ -8,7 +8,9 @@ other example DAG) can be enabled in one deployment without two DAGs writing the
   main example, below.
 - `odf_trades_follower` — a daily run whose deferrable `OdfHeadChangedSensor` waits in the triggerer
   until the head of `com.example.trades` moved past the one the previous run saw; for datasets written
-  anywhere. Keeps `com.example.trades.notional` up to date.
+  anywhere. Keeps `com.example.trades.notional` up to date. A head without records (the dataset only
+  just created from its manifest, nothing ingested yet) is nothing to transform: `has_records` skips
+  the rest of that run, and the next run waits from that head for the data.
 - `odf_asset_watcher` — scheduled on the asset of `com.example.sensors` with an `AssetWatcher`
   (`OdfHeadEventTrigger`): the triggerer polls the head and every move starts a run; for datasets
   written outside this Airflow (`odf ingest` from a gateway, `odf pull`, another deployment) — and
@@ -42,15 +44,18 @@ default engine, `spark_default`.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import Asset, AssetWatcher, dag
+from airflow.sdk import Asset, AssetWatcher, dag, task
 
 from airflow_odf.assets import dataset_uri
+from airflow_odf.hooks.repo import OdfRepoHook
+from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.operators.base import asset_alias
 from airflow_odf.operators.manifest import OdfApplyManifestOperator
 from airflow_odf.operators.transform import OdfTransformOperator
@@ -120,6 +125,18 @@ def odf_asset_scheduled() -> None:
 scheduled = odf_asset_scheduled()
 
 
+@task.short_circuit
+def has_records(moved: dict[str, Any]) -> bool:
+    """Whether the head an `OdfHeadChangedSensor` found (its XCom) holds any record: False skips the
+    rest of the run when the dataset has only metadata yet (created, nothing ingested)."""
+    dataset = OdfRepoHook().open_repository().dataset(moved["dataset"])
+    state = dataset.state_at(Multihash.parse(moved["head"]))
+    logging.getLogger(__name__).info(
+        "%s: %d record(s) at %s", moved["dataset"], state.num_records, moved["head"]
+    )
+    return state.num_records > 0
+
+
 @dag(schedule="@daily", **FOLLOWER_SETTINGS)
 def odf_trades_follower() -> None:
     # [START howto_sensor_odf_head_changed]
@@ -143,7 +160,8 @@ def odf_trades_follower() -> None:
         dataset="com.example.trades.notional",
         input_heads={"com.example.trades": "{{ ti.xcom_pull(task_ids='wait_for_trades')['head'] }}"},
     )
-    wait >> apply >> transform
+    # nothing to transform while the head holds no record yet: the rest of the run is skipped
+    has_records(wait.output) >> apply >> transform
     # [END howto_sensor_odf_head_changed]
 
 

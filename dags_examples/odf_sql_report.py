@@ -4,7 +4,8 @@
 `symbol_summary` returns a small aggregate as XCom (rows as JSON objects), the trades table pinned to
 the head `ingest_trades` returned — so it reports exactly what its upstream committed, even when
 another ingest moved the dataset on since; `trades_report` writes the whole table as a CSV file into
-the folder of the `report_dir` param, one file per run date (a retry writes it again).
+the folder of the `report_dir` param, one file per run date — the logical date, or for a run started
+from the UI or the REST API (which has none) the day it was started (a retry writes it again).
 
 Production settings: the queries write nothing to the repository, so runs may overlap freely; the
 ingest reconciles with overlapping writers (see example DAG 1). `retries=2` for what may pass (a
@@ -58,7 +59,10 @@ def odf_sql_report() -> None:
     report = OdfSqlOperator(
         task_id="trades_report",
         sql="SELECT offset, event_time, symbol, price, quantity FROM `com.example.trades` ORDER BY offset",
-        output_path="{{ params.report_dir }}/trades-{{ ds }}.csv",
+        # the run's date: its logical date, or (a run started from the UI or the REST API has none)
+        # the day it was started; `{{ ds }}` is undefined in such a run
+        output_path="{{ params.report_dir }}/trades-"
+        "{{ (dag_run.logical_date or dag_run.run_after) | ds }}.csv",
     )
     # [END howto_operator_odf_sql]
     apply >> ingest >> [summary, report]

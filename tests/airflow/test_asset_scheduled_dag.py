@@ -208,8 +208,10 @@ def test_follower_dag_defers_until_the_head_moves(odf_repo: Path) -> None:
     sensor.poke_interval = 0.2  # the example polls every minute
     skip_spark = "apply_manifest|transform_notional"
 
+    # the dataset holds no record yet: the short circuit skips the transform
+    skipped = {"has_records": "success", "apply_manifest": "skipped", "transform_notional": "skipped"}
     first = dag.test(mark_success_pattern=skip_spark)
-    assert task_states(first)["wait_for_trades"] == "success"
+    assert task_states(first) == {"wait_for_trades": "success", **skipped}
     seen = xcom(first, "wait_for_trades")
     assert seen == {
         "dataset": "com.example.trades",
@@ -224,10 +226,24 @@ def test_follower_dag_defers_until_the_head_moves(odf_repo: Path) -> None:
     started = time.monotonic()
     second = dag.test(mark_success_pattern=skip_spark)
     mover.join()
-    assert task_states(second)["wait_for_trades"] == "success"
+    assert task_states(second) == {"wait_for_trades": "success", **skipped}  # a SetInfo: no record
     assert time.monotonic() - started >= 3.0  # it waited for the commit
     assert xcom(second, "wait_for_trades")["prev_head"] == first_head
     assert xcom(second, "wait_for_trades")["head"] == moved[0]
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_follower_transforms_a_head_that_holds_records(odf_repo: Path) -> None:
+    """`has_records` lets the run go on at a head with records, and tells a head before them."""
+    from tests.unit.test_compaction import build_root
+
+    repo = Repository.init(odf_repo)
+    build_root(repo, "cities", [3])
+    cities = repo.dataset("cities")
+    empty = next(str(h) for h, b in cities.iter_blocks() if isinstance(b.event, model.SetDataSchema))
+    check = load_dag("odf_asset_scheduled.py", "odf_trades_follower").get_task("has_records")
+    assert check.python_callable({"dataset": "cities", "head": str(cities.head())}) is True
+    assert check.python_callable({"dataset": "cities", "head": empty}) is False
 
 
 def push_sensors(repo: Repository, tmp_path: Path) -> str:

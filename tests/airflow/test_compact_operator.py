@@ -42,6 +42,7 @@ def test_the_maintenance_dag_compacts_the_root_and_rederives_its_derivative(odf_
 
     run = load_dag("odf_compaction.py", "odf_compaction").test()
     assert task_states(run) == {
+        "trades_need_compaction": "success",
         "compact_trades": "success",
         "rederive_daily": "success",
         "verify_daily": "success",
@@ -57,6 +58,23 @@ def test_the_maintenance_dag_compacts_the_root_and_rederives_its_derivative(odf_
     assert [e["extra"] for e in events] == [
         {"head": compacted["new_head"], "prev_head": compacted["prev_head"]}
     ]
+
+
+@pytest.mark.usefixtures("airflow_db")
+def test_the_maintenance_dag_skips_when_there_is_nothing_to_compact(odf_repo: Path) -> None:
+    """Enabled before anything was ingested, or over slices already as few as the limits allow, the
+    weekly run short-circuits: nothing runs on the engine, the chain is untouched (no Spark here)."""
+    dag = load_dag("odf_compaction.py", "odf_compaction")
+    skipped = dict.fromkeys(("compact_trades", "rederive_daily", "verify_daily"), "skipped")
+    # no repository yet, then a repository without the dataset
+    assert task_states(dag.test(logical_date=None)) == {"trades_need_compaction": "success", **skipped}
+    repo = Repository.init(odf_repo)
+    assert task_states(dag.test(logical_date=None)) == {"trades_need_compaction": "success", **skipped}
+    # the dataset with one slice: nothing to merge
+    build_root(repo, "com.example.trades", [3])
+    head = repo.dataset("com.example.trades").head()
+    assert task_states(dag.test(logical_date=None)) == {"trades_need_compaction": "success", **skipped}
+    assert repo.dataset("com.example.trades").head() == head
 
 
 def test_bad_limits_fail_at_parse_time() -> None:

@@ -1,6 +1,7 @@
-"""`OdfSqlOperator` through `dag.test()` of example DAG 8 (`odf_sql_report`): a small result as XCom,
-as of the block the upstream ingest returned (templated `as_of`), the whole table written to a
-templated path; and a result above the cap failing with a message saying so."""
+"""`OdfSqlOperator` through `dag.test()` of example DAG 7 (`odf_sql_report`), run without a logical date
+as the UI and the REST API start it: a small result as XCom, as of the block the upstream ingest
+returned (templated `as_of`), the whole table written to a path templated with the run's date; and a
+result above the cap failing with a message saying so."""
 
 from __future__ import annotations
 
@@ -19,13 +20,15 @@ from tests.airflow.dag_runs import load_dag, task_states, xcom
 @pytest.mark.usefixtures("airflow_db", "spark")
 def test_the_sql_report_dag(odf_repo: Path, tmp_path: Path) -> None:
     dag = load_dag("odf_sql_report.py", "odf_sql_report")
-    run = dag.test(run_conf={"report_dir": str(tmp_path / "reports")})
+    # as a run started from the UI or the REST API: no logical date (`{{ ds }}` would fail it)
+    run = dag.test(logical_date=None, run_conf={"report_dir": str(tmp_path / "reports")})
+    assert run.logical_date is None
     assert set(task_states(run).values()) == {"success"}
     assert xcom(run, "symbol_summary") == [
         {"symbol": "ACME", "trades": 3, "quantity": 425},
         {"symbol": "INIT", "trades": 2, "quantity": 30},
     ]
-    report = tmp_path / "reports" / f"trades-{run.logical_date:%Y-%m-%d}.csv"
+    report = tmp_path / "reports" / f"trades-{run.run_after:%Y-%m-%d}.csv"  # the day it was started
     assert xcom(run, "trades_report") == {"path": str(report), "format": "csv"}
     with report.open() as f:
         rows = list(csv.DictReader(f))
