@@ -10,12 +10,15 @@ every Airflow process imports at start, is the place:
 
 Nothing here opens a connection or starts a thread (a gRPC channel made before a fork would be
 unusable after it). Only modules that do not import Airflow are listed: Airflow is still starting when
-its local settings are imported. See docs/deployment.md ("Per-task start-up").
+its local settings are imported. See docs/deployment.md ("Per-task start-up"). Nothing is printed
+either: pyspark's import-time warning and its Connect logger are silenced (airflow_odf/utils/third_party.py).
 """
 
 from __future__ import annotations
 
 import importlib
+
+from airflow_odf.utils.third_party import quiet_third_party
 
 PRELOADED = (
     "airflow_odf.engine.connect_runner",  # pyspark's Connect client: pandas, numpy, gRPC
@@ -28,3 +31,5 @@ PRELOADED = (
 
 for _module in PRELOADED:
     importlib.import_module(_module)
+# pyspark is imported now, before Airflow's logging set-up: keep its Connect logger off
+quiet_third_party()
