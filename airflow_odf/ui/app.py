@@ -163,7 +163,11 @@ def create_app() -> FastAPI:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException) -> HTMLResponse:
-        """Airflow's auth answers (401, 403) and unknown routes, as pages."""
+        """Airflow's auth answers (401, 403) and unknown routes, as pages; a 403 under a connection says
+        what the user lacks (the right to read that connection)."""
+        conn_id = request.path_params.get("connection_id")
+        if e.status_code == 403 and conn_id:
+            return _html(pages.forbidden_connection_page(_paths(request), conn_id), 403)
         titles = {401: "Not signed in", 403: "Forbidden", 404: "Not found"}
         page = pages.error_page(
             _paths(request), e.status_code, titles.get(e.status_code, "Error"), str(e.detail)
@@ -173,9 +177,10 @@ def create_app() -> FastAPI:
     @app.get("/", response_class=HTMLResponse)
     def index(request: Request, user: GetUserDep) -> HTMLResponse:
         auth = get_auth_manager()
+        known = list(dict.fromkeys(_odf_connection_ids()))
         readable = [
             conn_id
-            for conn_id in dict.fromkeys(_odf_connection_ids())
+            for conn_id in known
             if auth.is_authorized_connection(
                 method="GET", details=ConnectionDetails(conn_id=conn_id), user=user
             )
@@ -187,7 +192,14 @@ def create_app() -> FastAPI:
             except OdfError as e:
                 url = f"(unusable: {_message(e)})"
             listed.append((conn_id, url))
-        return _html(pages.index_page(_paths(request), listed))
+        page = pages.index_page(
+            _paths(request),
+            listed,
+            hidden=len(readable) < len(known),
+            may_read=auth.is_authorized_connection(method="GET", user=user),
+            may_add=auth.is_authorized_connection(method="POST", user=user),
+        )
+        return _html(page)
 
     @app.get("/connections/{connection_id}", response_class=HTMLResponse, dependencies=[ConnectionReader])
     def repository(request: Request, connection_id: str) -> HTMLResponse:

@@ -110,17 +110,45 @@ def _page(title: str, crumbs: Sequence[tuple[str, str | None]], body: str) -> st
     )
 
 
-def index_page(paths: Paths, connections: Sequence[tuple[str, str]]) -> str:
-    """The `odf_repo` connections the user may read: (connection id, repository URL, redacted)."""
-    if not connections:
+# what the view needs from a user's role, said where it is missing
+READ_CONNECTIONS = (
+    "The view reads a repository with its connection's credentials, so it shows only the repositories of "
+    "<code>odf_repo</code> connections your role may read (Airflow's permission to read Connections, "
+    "e.g. the Op role of the simple auth manager or “can read on Connections” of FAB): ask an "
+    "administrator for it."
+)
+
+
+def index_page(
+    paths: Paths, connections: Sequence[tuple[str, str]], *, hidden: bool, may_read: bool, may_add: bool
+) -> str:
+    """The `odf_repo` connections the user may read: (connection id, repository URL, redacted).
+
+    `hidden`: there are others the user may not read; `may_read`: the user may read connections at all;
+    `may_add`: the user may create connections. An empty list says which of these is the reason."""
+    if connections:
+        body = _table(
+            ["Connection", "Repository"],
+            [[_link(paths.repository(cid), cid), f"<code>{_text(url)}</code>"] for cid, url in connections],
+        )
+        if hidden:
+            other = "Other <code>odf_repo</code> connections are not listed."
+            body += f'<p class="note">{other} {READ_CONNECTIONS}</p>'
+    elif hidden or not may_read:
         body = (
-            '<p class="note">No <code>odf_repo</code> connection that you may read. Add one (Admin → '
-            "Connections, type ODF Repository), or open <code>connections/&lt;id&gt;</code> of a "
-            "connection defined elsewhere (an environment variable).</p>"
+            f'<p class="error">You may not read any <code>odf_repo</code> connection. {READ_CONNECTIONS}</p>'
+        )
+    elif may_add:
+        body = (
+            '<p class="note">No <code>odf_repo</code> connection yet. Add one (Admin → Connections, type '
+            "ODF Repository), or open <code>connections/&lt;id&gt;</code> of a connection defined elsewhere "
+            "(a secrets backend).</p>"
         )
     else:
-        rows = [[_link(paths.repository(cid), cid), f"<code>{_text(url)}</code>"] for cid, url in connections]
-        body = _table(["Connection", "Repository"], rows)
+        body = (
+            '<p class="note">No <code>odf_repo</code> connection yet, and your role may not add one: an '
+            "administrator adds it (Admin → Connections, type ODF Repository).</p>"
+        )
     return _page("ODF repositories", [("ODF", None)], body)
 
 
@@ -338,3 +366,12 @@ def schema_page(paths: Paths, conn_id: str, name: str, history: SchemaHistory) -
 def error_page(paths: Paths, status: int, title: str, message: str) -> str:
     body = f'<p class="error">{_text(message)}</p><p>{_link(paths.index(), "ODF repositories")}</p>'
     return _page(f"{status} {title}", [("ODF", paths.index())], body)
+
+
+def forbidden_connection_page(paths: Paths, conn_id: str) -> str:
+    """A 403 of a page under a connection: what the user lacks, not a bare "Forbidden"."""
+    body = (
+        f'<p class="error">You may not read the connection <code>{_text(conn_id)}</code>. '
+        f"{READ_CONNECTIONS}</p><p>{_link(paths.index(), 'ODF repositories')}</p>"
+    )
+    return _page("403 Forbidden", [("ODF", paths.index())], body)

@@ -467,12 +467,47 @@ def test_requests_without_a_token_are_refused(auth: Any, pipeline: Repository, p
     assert "Not authenticated" in response.text and "com.example" not in response.text
 
 
-def test_a_user_who_may_not_read_the_connection_is_refused(auth: Any, pipeline: Repository) -> None:
+@pytest.mark.parametrize("path", [f"/connections/{CONN}", f"/connections/{CONN}/datasets/com.example.trades"])
+def test_a_user_who_may_not_read_the_connection_is_refused_and_told_why(
+    auth: Any, pipeline: Repository, path: str
+) -> None:
     from airflow_odf.ui.app import create_app
 
     viewer = TestClient(create_app(), headers={"Authorization": f"Bearer {token(auth, 'viewer')}"})
-    response = viewer.get(f"/connections/{CONN}/datasets/com.example.trades")
+    response = viewer.get(path)
     assert response.status_code == 403 and "com.example.trades" not in response.text.split("</h1>")[1]
+    text = " ".join(_texts(response.text).split())
+    assert f"You may not read the connection {CONN} ." in text
+    assert "permission to read Connections" in text
+
+
+def test_the_index_tells_a_viewer_what_they_lack(auth: Any, pipeline: Repository) -> None:
+    """Issue 36: a Viewer was told to "Add one (Admin → Connections)" although connections existed."""
+    from airflow_odf.ui.app import create_app
+
+    viewer = TestClient(create_app(), headers={"Authorization": f"Bearer {token(auth, 'viewer')}"})
+    response = viewer.get("/")
+    assert response.status_code == 200
+    text = " ".join(_texts(response.text).split())
+    assert "You may not read any odf_repo connection." in text and "permission to read Connections" in text
+    assert "Add one" not in text and CONN not in text
+
+
+def test_the_index_says_why_it_lists_no_connection() -> None:
+    from airflow_odf.ui.pages import Paths, index_page
+
+    def text(**flags: bool) -> str:
+        return " ".join(_texts(index_page(Paths(""), [], **flags)).split())
+
+    assert "Add one (Admin → Connections" in text(hidden=False, may_read=True, may_add=True)
+    assert "your role may not add one" in text(hidden=False, may_read=True, may_add=False)
+    for lacking in (
+        text(hidden=True, may_read=True, may_add=False),
+        text(hidden=False, may_read=False, may_add=False),
+    ):
+        assert "You may not read any odf_repo connection." in lacking and "Add one" not in lacking
+    listed = index_page(Paths(""), [("mine", "file:///r")], hidden=True, may_read=True, may_add=False)
+    assert "Other odf_repo connections are not listed." in " ".join(_texts(listed).split())
 
 
 # ----- the plugin on Airflow's API server -----
