@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow_odf.cli.engine import LazyRunner, engine_options
 from airflow_odf.cli.errors import CommandError, positive_int
 from airflow_odf.cli.sync import add_pull_options, cmd_remote_pull, is_remote_pull
+from airflow_odf.odf.checks.results import ChecksFailed
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.repo.pull_plan import (
@@ -29,10 +30,12 @@ from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.schema.policy import SCHEMA_POLICIES, STRICT
 
 if TYPE_CHECKING:  # the data modules load pyarrow: only the data commands pay for it
+    from airflow_odf.odf.checks.spec import CheckSuite
     from airflow_odf.odf.engine_client.runner import EngineRunner
     from airflow_odf.odf.ingest.options import IngestOptions
     from airflow_odf.odf.ingest.trust import SourceTrust
     from airflow_odf.odf.operation import IngestResult
+    from airflow_odf.odf.transform.execute import TransformOptions
 
 
 def _timestamp(value: str | None, option: str) -> Timestamp | None:
@@ -52,9 +55,61 @@ def _options(args: argparse.Namespace, repo: Repository, **kwargs: Any) -> Inges
         max_records_per_slice=args.max_records_per_slice,
         bad_records="quarantine" if args.quarantine_bad_records else "fail",
         schema_policy=args.schema_policy,
+        checks=_checks(args),
+        quarantine=args.quarantine,
         log=lambda line: print(line, file=sys.stderr),
         **kwargs,
     )
+
+
+def _checks(args: argparse.Namespace) -> CheckSuite | None:
+    """The checks of `--checks FILE` and `--check NAME=STATEMENT` (None: none declared)."""
+    from airflow_odf.odf.checks.spec import resolve_suite
+
+    suite = resolve_suite(args.checks, args.check)
+    return suite or None
+
+
+def _transform_options(args: argparse.Namespace, repo: Repository, **kwargs: Any) -> TransformOptions:
+    from airflow_odf.odf.transform.execute import TransformOptions
+
+    return TransformOptions(
+        work_dir=repo.work_dir,
+        max_input_records=args.max_input_records,
+        recover_diverged=args.reset_derivatives_on_diverged_input,
+        schema_policy=args.schema_policy,
+        checks=_checks(args),
+        quarantine=args.quarantine,
+        log=lambda line: print(line, file=sys.stderr),
+        **kwargs,
+    )
+
+
+def _reported_failure(args: argparse.Namespace, error: ChecksFailed) -> ChecksFailed:
+    """Prints the failed checks' results as JSON (with `--format json`) before the error is reported."""
+    if args.format == "json":
+        print(json.dumps(error.as_dict(), indent=2, default=str))
+    return error
+
+
+def checks_options() -> argparse.ArgumentParser:
+    """The flags of the commands that commit new data (`pull`, `ingest`, `transform`): docs/checks.md."""
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("quality checks before the commit (docs/checks.md)")
+    group.add_argument(
+        "--check",
+        action="append",
+        metavar="NAME=STATEMENT",
+        help="a boolean SQL expression over the new slice (view `candidate`), e.g. "
+        "'no_negative=MIN(value) >= 0' (repeatable)",
+    )
+    group.add_argument("--checks", metavar="FILE", help="a YAML file of column and table checks")
+    group.add_argument(
+        "--quarantine",
+        action="store_true",
+        help="keep a slice that failed its checks in the scratch space (`odf inspect rejected`)",
+    )
+    return parser
 
 
 def source_trust(args: argparse.Namespace) -> SourceTrust:
@@ -119,6 +174,8 @@ def _pull_options(args: argparse.Namespace) -> None:
         raise CommandError(f"--max-workers: expected 1 or more, got {args.max_workers}")
     if args.set_watermark is not None and (args.all or args.recursive or len(args.names) != 1):
         raise CommandError("--set-watermark: only for a single dataset, without --recursive or --all")
+    if (args.check or args.checks) and (args.all or args.recursive or len(args.names) != 1):
+        raise CommandError("--check, --checks: only for a single dataset, without --recursive or --all")
 
 
 def _pull_one(
@@ -127,17 +184,10 @@ def _pull_one(
     """Pulls one planned dataset: a polling ingest for a root, a transform for a derivative."""
     from airflow_odf.odf.ingest.polling import pull_polling
     from airflow_odf.odf.operation import IngestResult
-    from airflow_odf.odf.transform.execute import TransformOptions, run_transform
+    from airflow_odf.odf.transform.execute import run_transform
 
     if planned.action == "transform":
-        options = TransformOptions(
-            work_dir=repo.work_dir,
-            max_input_records=args.max_input_records,
-            recover_diverged=args.reset_derivatives_on_diverged_input,
-            schema_policy=args.schema_policy,
-            log=lambda line: print(line, file=sys.stderr),
-        )
-        return run_transform(repo, planned.name, runner, options)
+        return run_transform(repo, planned.name, runner, _transform_options(args, repo))
     if planned.action == "ingest":
         options = _options(
             args,
@@ -207,6 +257,8 @@ def cmd_pull(args: argparse.Namespace) -> None:
     failed = [o for o in outcomes if o.status == "failed"]
     if single and failed:  # reported as before: the error itself (its exit code, its wording)
         assert failed[0].error is not None
+        if isinstance(failed[0].error, ChecksFailed):
+            raise _reported_failure(args, failed[0].error)
         raise failed[0].error
     _report_pull(args, outcomes, single=single)
     if not failed:
@@ -223,20 +275,23 @@ def cmd_ingest(args: argparse.Namespace) -> None:
 
     repo = Repository.open(args.repo)
     dataset = repo.dataset(args.name)
-    result = push_ingest(
-        dataset,
-        args.name,
-        LazyRunner(args),
-        [os.path.abspath(f) for f in args.files],
-        _options(args, repo),
-        source_name=args.source,
-        event_time=_timestamp(args.event_time, "--event-time"),
-    )
+    try:
+        result = push_ingest(
+            dataset,
+            args.name,
+            LazyRunner(args),
+            [os.path.abspath(f) for f in args.files],
+            _options(args, repo),
+            source_name=args.source,
+            event_time=_timestamp(args.event_time, "--event-time"),
+        )
+    except ChecksFailed as e:
+        raise _reported_failure(args, e) from None
     _report(args, result)
 
 
 def cmd_transform(args: argparse.Namespace) -> None:
-    from airflow_odf.odf.transform.execute import TransformOptions, run_transform
+    from airflow_odf.odf.transform.execute import run_transform
 
     pins = {}
     for value in args.input_head or []:
@@ -245,15 +300,12 @@ def cmd_transform(args: argparse.Namespace) -> None:
             raise CommandError(f"--input-head {value!r}: expected ALIAS=HASH")
         pins[alias] = block
     repo = Repository.open(args.repo)
-    options = TransformOptions(
-        work_dir=repo.work_dir,
-        pinned_heads=pins or None,
-        max_input_records=args.max_input_records,
-        schema_policy=args.schema_policy,
-        recover_diverged=args.reset_derivatives_on_diverged_input,
-        log=lambda line: print(line, file=sys.stderr),
-    )
-    _report(args, run_transform(repo, args.name, LazyRunner(args), options))
+    options = _transform_options(args, repo, pinned_heads=pins or None)
+    try:
+        result = run_transform(repo, args.name, LazyRunner(args), options)
+    except ChecksFailed as e:
+        raise _reported_failure(args, e) from None
+    _report(args, result)
 
 
 def cmd_tail(args: argparse.Namespace) -> None:
@@ -277,6 +329,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
         help="new data whose schema differs: strict refuses it, additive commits allowed changes",
     )
     engine_arg.add_argument("--format", choices=("text", "json"), default="text")
+    checks_arg = checks_options()
     ingest_arg = argparse.ArgumentParser(add_help=False)
     ingest_arg.add_argument("--max-records-per-slice", type=int, help="split the new data into slices")
     ingest_arg.add_argument(
@@ -293,7 +346,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     )
     p = groups.add_parser(
         "pull",
-        parents=[repo_arg, engine_arg, ingest_arg, transform_arg, trust_options()],
+        parents=[repo_arg, engine_arg, ingest_arg, transform_arg, checks_arg, trust_options()],
         help="bring datasets up to date: ingest roots from their polling source, transform derivatives",
     )
     p.add_argument("names", nargs="*", metavar="NAME")
@@ -315,7 +368,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     add_pull_options(p)
     p.set_defaults(func=cmd_pull)
     p = groups.add_parser(
-        "ingest", parents=[repo_arg, engine_arg, ingest_arg], help="push files into a push source"
+        "ingest", parents=[repo_arg, engine_arg, ingest_arg, checks_arg], help="push files into a push source"
     )
     p.add_argument("name")
     p.add_argument("files", nargs="+")
@@ -324,7 +377,7 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_ingest)
     p = groups.add_parser(
         "transform",
-        parents=[repo_arg, engine_arg, transform_arg],
+        parents=[repo_arg, engine_arg, transform_arg, checks_arg],
         help="bring a derivative dataset up to date",
     )
     p.add_argument("name")

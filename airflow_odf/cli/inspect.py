@@ -1,5 +1,5 @@
-"""The `odf` commands of odf delete, odf rename and odf inspect lineage|query|schema|provenance
-(docs/inspect.md, docs/provenance.md, docs/repository.md).
+"""The `odf` commands of odf delete, odf rename and odf inspect lineage|query|schema|provenance|rejected
+(docs/inspect.md, docs/provenance.md, docs/repository.md, docs/checks.md).
 
 `delete` and `rename` change names only (objects become garbage for `odf gc`); `inspect` reads. What a
 repository holds is untrusted text: JSON and HTML escape it, text output escapes control characters.
@@ -11,11 +11,13 @@ import argparse
 import io
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from airflow_odf.cli.errors import CommandError, positive_int
 from airflow_odf.cli.schema import changes_plain, print_changes
 from airflow_odf.odf.chain.offsets import Interval, interval_plain
+from airflow_odf.odf.checks.quarantine import RejectedSlice, find_rejected, list_rejected
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.manifests import table_to_plain
 from airflow_odf.odf.repo.history import QueryVersion, SchemaVersion, query_history, schema_history
@@ -336,6 +338,55 @@ def cmd_provenance(args: argparse.Namespace) -> None:
         sys.stdout.write(provenance_text(answer))
 
 
+# ----- rejected slices -----
+
+
+def _rejected_line(r: RejectedSlice) -> str:
+    failed = [c.name for c in r.results if not c.success]
+    return (
+        f"{r.path.name}  {_printable(r.dataset)}  {r.rejected_at}  {r.records} record(s)  "
+        f"{len(failed)} of {len(r.results)} failed: {', '.join(_printable(n) for n in failed)}"
+    )
+
+
+def _rejected_text(r: RejectedSlice) -> str:
+    lines = [
+        f"rejected slice {r.path.name} of {_printable(r.dataset)} ({r.dataset_id})",
+        f"  rejected at {r.rejected_at}, against head {r.head or '(none: the first data)'}, "
+        f"{r.records} record(s)",
+        *(f"  file {f}" for f in r.files),
+        *(f"  {_printable(c.line())}" for c in r.results if not c.success),
+    ]
+    for c in r.results:
+        if not c.success and c.failing_rows:
+            lines.append(f"  failing rows of {_printable(c.name)}:")
+            lines += [
+                f"    {_printable(json.dumps(row, ensure_ascii=False, default=str))}"
+                for row in c.failing_rows
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_rejected(args: argparse.Namespace) -> None:
+    """Lists the rejected slices kept in the scratch space (of a dataset, by name or DID), or shows one
+    (by its id or a prefix of it)."""
+    work_dir = args.work_dir or Repository.open(args.repo).work_dir
+    one = find_rejected(work_dir, args.name) if args.name else None
+    if one is not None:
+        if args.format == "json":
+            print(json.dumps(one.as_dict(), indent=2, ensure_ascii=False, default=str))
+        else:
+            sys.stdout.write(_rejected_text(one))
+        return
+    kept = list_rejected(work_dir, args.name)
+    if args.format == "json":
+        print(json.dumps([r.as_dict() for r in kept], indent=2, ensure_ascii=False, default=str))
+    elif not kept:
+        print("no rejected slices" + (f" of {_printable(args.name)}" if args.name else ""))
+    else:
+        print("\n".join(_rejected_line(r) for r in kept))
+
+
 def _offset(text: str) -> int:
     """An argparse type for a record offset (0 or more)."""
     try:
@@ -364,7 +415,9 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_rename)
 
     inspect = groups.add_parser(
-        "inspect", help="the lineage of datasets, the history of a query or a schema, record provenance"
+        "inspect",
+        help="the lineage of datasets, the history of a query or a schema, record provenance, "
+        "rejected slices",
     ).add_subparsers(dest="command", required=True)
     p = inspect.add_parser(
         "lineage", parents=[repo_arg], help="the dependency graph of the repository's datasets"
@@ -415,3 +468,19 @@ def register(groups: Any, repo_arg: argparse.ArgumentParser) -> None:
         help=f"list at most N blocks per dataset, count the rest (default {DEFAULT_MAX_BLOCKS})",
     )
     p.set_defaults(func=cmd_provenance)
+    p = inspect.add_parser(
+        "rejected",
+        parents=[repo_arg],
+        help="the slices that failed their checks and were kept (--quarantine); gc removes them",
+    )
+    p.add_argument(
+        "name", nargs="?", metavar="NAME", help="a dataset (name or DID), or a rejected slice's id"
+    )
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument(
+        "--work-dir",
+        type=Path,
+        help="the scratch space to look in (default: the repository's; give an Airflow connection's "
+        "work_dir extra here)",
+    )
+    p.set_defaults(func=cmd_rejected)

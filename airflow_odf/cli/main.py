@@ -36,6 +36,8 @@ from airflow_odf.odf.chain.integrity import collect_garbage
 from airflow_odf.odf.chain.reconcile import Reconciliation
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.chain.verification import Blocks, verify_dataset
+from airflow_odf.odf.checks.quarantine import collect_rejected
+from airflow_odf.odf.checks.results import ChecksFailed
 from airflow_odf.odf.errors import ChainRuleError, ManifestError, OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.flatbuffers_codec import block_hash, decode_block, encode_block
@@ -323,6 +325,12 @@ def cmd_gc(args: argparse.Namespace) -> None:
             removed += 1
     except OSError as e:
         skipped.append(f"operation folders were not all removed: {e}")
+    try:
+        for rejected in collect_rejected(args.work_dir or repo.work_dir, args.min_age):
+            print(f"removed a rejected slice: {rejected}")
+            removed += 1
+    except OSError as e:
+        skipped.append(f"rejected slices were not all removed: {e}")
     print(f"removed {removed} unreferenced objects and folders")
     for line in skipped:
         _stderr(line)
@@ -400,13 +408,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_verify)
-    p = groups.add_parser("gc", parents=[repo_arg], help="remove objects no dataset head refers to")
+    p = groups.add_parser(
+        "gc",
+        parents=[repo_arg],
+        help="remove objects no dataset head refers to, dead operations' folders and old rejected slices",
+    )
     p.add_argument(
         "--min-age",
         type=float,
         default=3600.0,
-        help="only remove objects and folders of dead operations older than this many seconds "
-        "(protects commits in progress)",
+        help="only remove objects, folders of dead operations and rejected slices older than this many "
+        "seconds (protects commits in progress)",
     )
     p.add_argument(
         "--work-dir",
@@ -440,6 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines = e.lines
     except ConflictError as e:
         lines, code = [f"conflict: {e}"], EXIT_CONFLICT
+    except ChecksFailed as e:  # the data was refused, not the command: as a failed verification
+        lines, code = [*e.lines(), *e.sample_lines()], EXIT_VERIFICATION_FAILED
     except ChainRuleError as e:
         lines = [f"rejected: {e}"]
     except OdfError as e:

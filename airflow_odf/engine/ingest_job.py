@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_odf.engine.checks import evaluate_checks, failed
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.merge import (
     ROW_COLUMN,
@@ -231,6 +232,10 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     response["slices"] = [s.__dict__ for s in slices]
     ets = [s.max_event_time for s in slices if s.max_event_time]
     response["max_event_time"] = max(ets, key=parse_time) if ets else None
+    if slices and request.get("checks"):
+        response["check_results"] = evaluate_checks(spark, request["checks"], [s.path for s in slices])
+        if failed(response["check_results"]):
+            return response  # nothing of it will be committed: no merge state to write
     if slices and keeps_state(strategy):  # folds in what was written: read back, not recomputed
         written = spark.read.parquet(*[s.path for s in slices])
         new_state = next_state(strategy, state, written, vocab=vocab.to_json())

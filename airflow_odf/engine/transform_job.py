@@ -42,6 +42,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_odf.engine.checks import evaluate_checks
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.partition_order import (
     PartitionKey,
@@ -259,7 +260,16 @@ def _check_output(df: DataFrame, vocab: Vocab) -> DataFrame:
 
 
 def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
-    """Runs one transform request; raises EngineInputError on bad queries or output."""
+    """Runs one transform request, then its checks on the written slice (`checks`); raises
+    EngineInputError on bad queries or output."""
+    response = _transform(spark, request)
+    if request.get("checks") and response["slices"]:
+        paths = [s["path"] for s in response["slices"]]
+        response["check_results"] = evaluate_checks(spark, request["checks"], paths)
+    return response
+
+
+def _transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocab.from_json(request.get("vocab", {}))
     footers = [_input_from_footers(item) for item in request["inputs"]]
     in_place = [r for source in footers for r in source.in_place or []]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +69,8 @@ class IngestResult:
     reconciliation: Reconciliation = field(default_factory=Reconciliation)
     # a transform's: input DID -> the offsets its own ExecuteTransforms read of it (merged); None: an ingest
     input_offsets: dict[str, list[Interval]] | None = None
+    # the quality checks' results (docs/checks.md), one per check; None when no checks were declared
+    checks: list[dict[str, Any]] | None = None
 
     @property
     def up_to_date(self) -> bool:
@@ -91,7 +93,15 @@ class IngestResult:
             plain["input_offsets"] = {
                 did: [interval_plain(i) for i in intervals] for did, intervals in self.input_offsets.items()
             }
+        if self.checks is not None:
+            plain["checks"] = [dict(c) for c in self.checks]
         return plain
+
+    def add_checks(self, results: list[dict[str, Any]]) -> None:
+        """The results of one commit's checks: each check keeps one entry, that of its last commit."""
+        by_name = {c["name"]: c for c in self.checks or []}
+        by_name.update({c["name"]: c for c in results})
+        self.checks = list(by_name.values())
 
     def add_inputs_read(self, event: model.ExecuteTransform) -> None:
         """Counts what one committed ExecuteTransform read of each input into `input_offsets`."""
@@ -277,6 +287,26 @@ def stage_slice(
         logical_hash=logical, physical_hash=physical, offset_interval=interval, size=path.stat().st_size
     )
     return data_slice, StagedObject(f"data/{physical}", path)
+
+
+def fetch_written(
+    slices: list[OutputSlice], dataset: Dataset, staging: Staging | None
+) -> Callable[[Path], list[Path]]:
+    """Puts the slice files the engine wrote into a folder (moved from the operation's folder, or
+    copied out of the bucket's staging folder): what a rejected slice's quarantine keeps."""
+
+    def fetch(into: Path) -> list[Path]:
+        kept = []
+        for index, written in enumerate(slices):
+            target = into / f"slice-{index:03d}.parquet"
+            if staging is not None:
+                dataset.store.get_file(staging.key_of(written.path), target)
+            else:
+                shutil.move(written.path, target)
+            kept.append(target)
+        return kept
+
+    return fetch
 
 
 def stage_checkpoint(path: Path) -> tuple[model.Checkpoint, StagedObject]:

@@ -28,6 +28,7 @@ CORE_LEVELS = {
     "compaction": 7,
     "query": 7,
     "operation": 6,
+    "checks": 6,
     "repo": 5,
     "chain": 4,
     "schema": 3,

@@ -81,6 +81,10 @@ class IngestRequest:
     max_records_per_slice: int | None = None  # a slice (file, AddData block) holds at most this many
     target_slice_bytes: int = 1024 * 1024 * 1024  # input bytes per sorted partition (at least one slice)
     bad_records: str = BAD_RECORDS_FAIL  # or BAD_RECORDS_QUARANTINE
+    # quality checks on the written slices (docs/checks.md), answered in IngestResponse.check_results;
+    # optional: a request without them is as before, and an engine that ignores them is caught by the
+    # core (no results for the checks it sent: nothing committed)
+    checks: dict[str, Any] | None = None
     version: int = CONTRACT_VERSION
 
     def to_json(self) -> str:
@@ -129,6 +133,7 @@ class TransformRequest:
     # `<place>-<file>.parquet` (6 and 3 digits: the part's place in the slice, Spark's file number), for
     # the coordinator to hash while the engine runs (`parts_ahead`)
     parts_ready_dir: str | None = None
+    checks: dict[str, Any] | None = None  # as in IngestRequest
     kind: str = "transform"
     version: int = CONTRACT_VERSION
 
@@ -218,6 +223,8 @@ class IngestResponse:
     quarantine_path: str | None = None
     engine: dict[str, str] = field(default_factory=dict)  # name and version, recorded in block extras
     error: EngineFailure | None = None
+    # with `checks` in the request: `{name, observed, success, failing_rows}` per check
+    check_results: list[dict[str, Any]] | None = None
     version: int = CONTRACT_VERSION
 
     @property

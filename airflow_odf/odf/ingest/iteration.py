@@ -14,6 +14,9 @@ from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.checks.gate import after_commit, gate
+from airflow_odf.odf.checks.request import checks_request
+from airflow_odf.odf.checks.results import CheckResult
 from airflow_odf.odf.engine_client.contract import (
     IngestRequest,
     IngestResponse,
@@ -22,6 +25,7 @@ from airflow_odf.odf.engine_client.contract import (
     schema_to_text,
 )
 from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import union_to_plain
 from airflow_odf.odf.format.sql_policy import PREPROCESS_INPUT
@@ -34,6 +38,7 @@ from airflow_odf.odf.operation import (
     Staging,
     engine_inputs,
     engine_out_dir,
+    fetch_written,
     local_object,
     read_schema_text,
     schema_events,
@@ -110,6 +115,41 @@ def _run_engine(run: Run, state: ChainState, request: IngestRequest, op_dir: Pat
     return IngestResponse.from_json(run.runner.run(request.to_json(), op_dir))
 
 
+def _checks_request(run: Run, state: ChainState, op_dir: Path) -> dict[str, Any] | None:
+    """The request's checks, with the dataset's slices when a check reads the whole dataset."""
+    suite = run.options.checks
+    if not suite:
+        return None
+    history = suite.reads_dataset and state.last_offset is not None
+    return checks_request(suite, _previous_slices(run.dataset, state, op_dir) if history else None)
+
+
+def _gate(
+    run: Run, state: ChainState, response: IngestResponse, staging: Staging | None, op_dir: Path
+) -> list[CheckResult] | None:
+    """The checks' results when all passed (None without checks or without new data); ChecksFailed
+    otherwise, after the staged objects were removed (and the slice kept, with `quarantine`)."""
+    suite = run.options.checks
+    if not suite or not response.slices:
+        return None
+    try:
+        return gate(
+            suite,
+            response.check_results,
+            alias=run.result.dataset,
+            dataset_id=str(state.dataset_id),
+            head=None if state.head is None else str(state.head),
+            records=response.num_records,
+            operation_id=op_dir.name,
+            quarantine_in=run.options.work_dir if run.options.quarantine else None,
+            fetch=fetch_written(response.slices, run.dataset, staging),
+        )
+    except OdfError:
+        if staging is not None:
+            staging.clear(run.dataset)
+        raise
+
+
 def run_and_commit(
     run: Run,
     state: ChainState,
@@ -130,6 +170,7 @@ def run_and_commit(
     )
     response = IngestResponse()
     staging = Staging.of(dataset, op_dir)
+    checked: list[CheckResult] | None = None
     if inputs:
         request = IngestRequest(
             operation_id=op_dir.name,
@@ -158,10 +199,12 @@ def run_and_commit(
             max_records_per_slice=options.max_records_per_slice,
             target_slice_bytes=options.target_slice_bytes,
             bad_records=options.bad_records,
+            checks=_checks_request(run, state, op_dir),
         )
         response = _run_engine(run, state, request, op_dir)
         if response.error is not None:
             raise IngestError(response.error.kind, f"{alias}: {response.error.message}")
+        checked = _gate(run, state, response, staging, op_dir)
         if response.num_quarantined:
             options.log(f"{alias}: {response.num_quarantined} bad record(s) quarantined in the operation")
     events, objects = _events(
@@ -175,6 +218,9 @@ def run_and_commit(
     commit = dataset.commit(events, system_time=system_time, expected_head=state.head, objects=objects)
     if staging is not None:
         staging.clear(dataset)
+    if inputs and checked is not None:
+        after_commit(dataset, str(commit.new_head), checked, options.log)
+        result.add_checks([r.as_dict() for r in checked])
     result.new_head = str(commit.new_head)
     result.new_blocks += [str(h) for h in commit.new_blocks]
     result.records += response.num_records

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_odf.odf.checks.spec import CheckSuite
 from airflow_odf.odf.engine_client.contract import BAD_RECORDS_FAIL
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.trust import SourceTrust
@@ -23,6 +24,8 @@ class IngestOptions:
     `extra` is recorded in every AddData's `extra` attributes (e.g. the Airflow run that committed it).
     `schema_policy` (`strict` or `additive`) decides whether new data may evolve the schema.
     `source_dir` is where relative FilesGlob paths are resolved (default: the working directory).
+    `checks` are judged on each new slice before it is committed (docs/checks.md); `quarantine` keeps a
+    rejected slice in the scratch space for `odf inspect rejected`.
     `trust` is what the source's manifest may do (shell steps, Container sources, which variables its
     templates read, which local directories it reads); by default what the environment allows.
     """
@@ -39,4 +42,6 @@ class IngestOptions:
     extra: dict[str, Any] | None = None
     schema_policy: str = STRICT
     source_dir: Path | None = None
+    checks: CheckSuite | None = None
+    quarantine: bool = False
     log: Callable[[str], None] = _log.info

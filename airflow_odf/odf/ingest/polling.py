@@ -14,6 +14,7 @@ from pathlib import Path
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.reconcile import reconciling_from
 from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.checks.request import check_suite_sql
 from airflow_odf.odf.engine_client.contract import InputFile
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format import model
@@ -37,9 +38,13 @@ def pull_polling(
     system_time: Timestamp | None = None,
 ) -> IngestResult:
     """Ingests from the dataset's polling source until it has no more (one AddData group per iteration)."""
+    if options.checks:  # refused before anything is fetched or run
+        check_suite_sql(options.checks)
     state = root_state(dataset, alias)
     _polling_source(state, alias)
     result = new_result(alias, state)
+    if options.checks:
+        result.checks = []  # declared: the key is there even when nothing new came
     poller = _Poller(Run(dataset, runner, options, result), system_time, state)
     iteration = 0
     more = True

@@ -10,6 +10,7 @@ from typing import Any
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.reconcile import reconciling_from
 from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.checks.request import check_suite_sql
 from airflow_odf.odf.engine_client.contract import InputFile
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format.timestamps import Timestamp
@@ -37,9 +38,13 @@ def push_ingest(
     (`options.extra`, e.g. the Airflow task run): then the winner was an earlier try of the same push,
     and its commit is the result.
     """
+    if options.checks:  # refused before anything is fetched or run
+        check_suite_sql(options.checks)
     state = root_state(dataset, alias)
     push_source(state, alias, source_name)
     result = new_result(alias, state)
+    if options.checks:
+        result.checks = []  # declared: the key is there even when nothing new came
     now = system_time or Timestamp.now()
     for path in files:
         if not Path(path).is_file():

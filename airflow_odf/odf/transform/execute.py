@@ -15,21 +15,27 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.chain.reconcile import reconciling_from
 from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.checks.gate import after_commit, gate
+from airflow_odf.odf.checks.request import check_suite_sql, checks_request
+from airflow_odf.odf.checks.results import CheckResult
+from airflow_odf.odf.checks.spec import CheckSuite
 from airflow_odf.odf.engine_client.contract import (
     IngestResponse,
+    OutputSlice,
     TransformInputSpec,
     TransformRequest,
     Vocab,
     schema_to_text,
 )
 from airflow_odf.odf.engine_client.runner import EngineRunner
+from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import DatasetId, Multihash
 from airflow_odf.odf.format.sql_policy import transform_inputs
@@ -40,6 +46,7 @@ from airflow_odf.odf.operation import (
     IngestResult,
     Staging,
     engine_out_dir,
+    fetch_written,
     local_object,
     operation_dir,
     schema_events,
@@ -77,6 +84,8 @@ class TransformOptions:
     max_input_records: int | None = None
     recover_diverged: bool = False
     schema_policy: str = STRICT
+    checks: CheckSuite | None = None  # judged on each batch's output before its commit (docs/checks.md)
+    quarantine: bool = False  # keep a rejected output in the scratch space (`odf inspect rejected`)
     log: Callable[[str], None] = _log.info
 
 
@@ -96,10 +105,14 @@ def run_transform(
     transform plans again from that head — often finding the inputs already processed, up to date — and
     goes on from there (`chain.reconcile`).
     """
+    if options.checks:  # refused before anything is planned or run
+        check_suite_sql(options.checks)
     dataset = repo.dataset(name)
     state = dataset.state()
     head = None if state.head is None else str(state.head)
     result = IngestResult(name, str(state.dataset_id), head, head, input_offsets={})
+    if options.checks:
+        result.checks = []
 
     def attempt(current: ChainState) -> ChainState:
         return _plan_and_run(repo, dataset, current, name, runner, options, result, system_time)
@@ -180,6 +193,8 @@ class BatchOutput:
     events: list[Any]
     objects: list[StagedObject]
     num_records: int
+    written: list[OutputSlice] = field(default_factory=list)  # the engine's slice files
+    check_results: list[dict[str, Any]] | None = None  # the engine's, with checks in the request
 
     @property
     def execute_transform(self) -> model.ExecuteTransform:
@@ -200,6 +215,7 @@ def execute_batch(
     *,
     to_commit: bool = False,
     dataset: Dataset | None = None,
+    checks: dict[str, Any] | None = None,
 ) -> BatchOutput:
     """Runs one batch on the engine against the derivative's `state` (as of before the batch).
 
@@ -221,7 +237,7 @@ def execute_batch(
     )
     # the engine hashes what it writes into the bucket: nothing to hash ahead here
     with ahead if staging is None else contextlib.nullcontext():
-        response = run_engine(repo, state, name, batch, runner, op_dir, system_time, staging)
+        response = run_engine(repo, state, name, batch, runner, op_dir, system_time, staging, checks)
     events: list[Any] = schema_events(state, response, name, schema_policy)
     objects: list[StagedObject] = []
     new_data = None
@@ -253,7 +269,7 @@ def execute_batch(
             new_watermark=watermark,
         )
     )
-    return BatchOutput(events, objects, response.num_records)
+    return BatchOutput(events, objects, response.num_records, response.slices, response.check_results)
 
 
 def _parts_ready_dir(op_dir: Path) -> Path:
@@ -270,9 +286,11 @@ def run_engine(
     op_dir: Path,
     system_time: Timestamp,
     staging: Staging | None = None,
+    checks: dict[str, Any] | None = None,
 ) -> IngestResponse:
     """The engine's response to the SetTransform of `state` over the batch; raises on its errors.
-    `staging`: the engine writes into the bucket (and publishes no parts to hash ahead)."""
+    `staging`: the engine writes into the bucket (and publishes no parts to hash ahead); `checks`: the
+    request's quality checks (`checks.request`)."""
     assert state.transform is not None
     request = TransformRequest(
         operation_id=op_dir.name,
@@ -285,6 +303,7 @@ def run_engine(
         out_dir=engine_out_dir(staging, op_dir),
         parts_ready_dir=None if staging is not None else str(_parts_ready_dir(op_dir)),
         vocab=Vocab.of(state.vocab),
+        checks=checks,
     )
     response = IngestResponse.from_json(runner.run(request.to_json(), op_dir))
     if response.error is not None:
@@ -370,6 +389,47 @@ def _metadata_only(dataset: Dataset) -> tuple[list[Any], Multihash]:
     return kept, seed_hash
 
 
+def _checks_request(
+    dataset: Dataset, state: ChainState, options: TransformOptions, op_dir: Path
+) -> dict[str, Any] | None:
+    """The request's checks, with the derivative's slices when a check reads the whole dataset."""
+    if not options.checks:
+        return None
+    history = [local_object(dataset, f"data/{h}", op_dir) for h in state.data_slices]
+    return checks_request(options.checks, history if options.checks.reads_dataset else None)
+
+
+def _gate(
+    dataset: Dataset,
+    state: ChainState,
+    name: str,
+    output: BatchOutput,
+    options: TransformOptions,
+    op_dir: Path,
+) -> list[CheckResult] | None:
+    """The checks' results when all passed (None without checks or output); ChecksFailed otherwise,
+    after the staged objects were removed (and the output kept, with `quarantine`)."""
+    if not options.checks or not output.written:
+        return None
+    staging = Staging.of(dataset, op_dir)
+    try:
+        return gate(
+            options.checks,
+            output.check_results,
+            alias=name,
+            dataset_id=str(state.dataset_id),
+            head=None if state.head is None else str(state.head),
+            records=output.num_records,
+            operation_id=op_dir.name,
+            quarantine_in=options.work_dir if options.quarantine else None,
+            fetch=fetch_written(output.written, dataset, staging),
+        )
+    except OdfError:
+        if staging is not None:
+            staging.clear(dataset)
+        raise
+
+
 def _run_batch(
     repo: Repository,
     dataset: Dataset,
@@ -406,7 +466,9 @@ def _run_batch(
             options.schema_policy,
             to_commit=True,
             dataset=dataset,
+            checks=_checks_request(dataset, state, options, op_dir),
         )
+        checked = _gate(dataset, state, name, output, options, op_dir)
         commit = dataset.commit(
             kept + output.events,
             system_time=system_time,
@@ -417,6 +479,9 @@ def _run_batch(
         staging = Staging.of(dataset, op_dir)
         if staging is not None:
             staging.clear(dataset)
+    if checked is not None:
+        after_commit(dataset, str(commit.new_head), checked, options.log)
+        result.add_checks([r.as_dict() for r in checked])
     result.new_head = str(commit.new_head)
     result.new_blocks += [str(h) for h in commit.new_blocks]
     result.records += output.num_records
