@@ -96,6 +96,7 @@ class OdfBaseOperator(BaseOperator):
         self.spark_conf = spark_conf or {}
         self.engine_timeout = engine_timeout
         self._runner: Any = None
+        self._result: dict[str, Any] | None = None  # what `report` returned: the run's lineage facts
 
     def repository(self) -> Repository:
         return self.call(lambda: OdfRepoHook(self.odf_conn_id).open_repository())
@@ -200,29 +201,33 @@ class OdfBaseOperator(BaseOperator):
                 ", ".join(str(h) for h in reconciled["heads_found"]),
                 len(result.get("new_blocks") or []),
             )
+        self._result = result
         return result
 
     def on_kill(self) -> None:
         if self._runner is not None and hasattr(self._runner, "on_kill"):
             self._runner.on_kill()
 
-    def lineage(self) -> OdfLineage:
-        """What this task read (`lineage_inputs`) and wrote (its dataset, with schema), per the repository."""
-        from airflow_odf.lineage import OdfLineage, repository_dataset_lineage
+    def lineage(self, result: dict[str, Any] | None = None) -> OdfLineage:
+        """What this task read (`lineage_inputs`) and wrote (its dataset, with schema), per the repository;
+        with the `result` of its run (its XCom dict), also what that run did (`run_lineage`)."""
+        from airflow_odf.lineage import OdfLineage, repository_dataset_lineage, run_lineage
 
         repo = self.repository()
         try:
             output = repository_dataset_lineage(repo, self.dataset)
         except DatasetNotFoundError:  # not a dataset of its own (e.g. applying manifests)
             return OdfLineage()
-        return OdfLineage(inputs=self.lineage_inputs(repo), outputs=(output,))
+        lineage = OdfLineage(inputs=self.lineage_inputs(repo), outputs=(output,))
+        return lineage if result is None else self.call(lambda: run_lineage(repo, lineage, result))
 
     def lineage_inputs(self, repo: Repository) -> tuple[LineageDataset, ...]:
         """The datasets this task reads; none for ingests (their sources are outside the repository)."""
         return ()
 
     def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
-        """OpenLineage, called by its provider if installed: inputs, output with schema, namespace `odf`."""
+        """OpenLineage, called by its provider if installed (docs/lineage.md): inputs, output with schema,
+        namespace `odf`, and what this run did (versions, statistics, column lineage, checks)."""
         from airflow_odf.lineage import to_operator_lineage
 
-        return to_operator_lineage(self.lineage())
+        return to_operator_lineage(self.lineage(self._result))

@@ -1,12 +1,17 @@
 """OpenLineage of the ODF operators: after example DAG 4 ran for real, each operator reports what it read
 and wrote (namespace `odf`, name the dataset id, schema from the SetDataSchema); the conversion into the
-OpenLineage provider's classes, which are not installed here, is checked against stand-ins with the
-same constructor signatures."""
+OpenLineage classes is checked against stand-ins with the same constructor signatures, and the events
+example DAG 1 sends through OpenLineage's file transport carry each run's facts, checked against the
+chain: versions (block hashes), output statistics (records and bytes of the new slices), the column
+lineage of the transform's SQL; check results become data-quality assertions."""
 
 from __future__ import annotations
 
+import json
 import sys
 import types
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,7 +22,7 @@ from airflow_odf import lineage
 from airflow_odf.lineage import LineageDataset, LineageField, OdfLineage, schema_fields, to_operator_lineage
 from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
-from tests.airflow.dag_runs import load_dag, task_states
+from tests.airflow.dag_runs import load_dag, task_states, xcom
 
 ROOT, DAILY = "com.example.weather.readings", "com.example.weather.daily"
 
@@ -90,8 +95,10 @@ def test_operators_report_lineage_after_a_real_run(odf_repo: Path) -> None:
     ]
 
     assert dag.get_task("apply_manifests").lineage() == OdfLineage()  # no dataset of its own
-    # the OpenLineage provider is not installed: nothing collects lineage, the method says so
-    assert dag.get_task(f"transform_{DAILY}").get_openlineage_facets_on_complete(None) is None
+    # the OpenLineage provider's own class (the `openlineage` extra), without a run's facts
+    collected = dag.get_task(f"transform_{DAILY}").get_openlineage_facets_on_complete(None)
+    assert [(d.namespace, d.name) for d in collected.outputs] == [("odf", daily_id)]
+    assert "version" not in collected.outputs[0].facets
 
 
 # Stand-ins with the constructor signatures of the OpenLineage client / provider classes
@@ -201,3 +208,142 @@ def test_conversion_to_openlineage_classes(monkeypatch: pytest.MonkeyPatch) -> N
         ],
     )
     assert lineage.NAMESPACE == "odf"
+
+
+def test_check_results_become_assertions() -> None:
+    """The `checks` of a task's XCom (the shape the checks write) as the dataQualityAssertions facet."""
+    from openlineage.client.serde import Serde
+
+    checks = [
+        {"name": "no_nulls", "kind": "column", "column": "symbol", "check": "null_check", "success": True,
+         "observed": 0, "expected": "equal_to 0", "failing_rows": []},
+        {"name": "positive", "kind": "table", "column": None, "check": "sql", "success": True,
+         "observed": True, "expected": None, "failing_rows": []},
+        {"name": "max_qty", "kind": "column", "column": "quantity", "check": "max", "success": True,
+         "observed": {"value": 250}, "expected": "leq_to 1000", "failing_rows": []},
+        "not a check",
+    ]  # fmt: skip
+    assertions = lineage.check_assertions(checks)
+    target = LineageDataset("fed01bb", "org.b", None, assertions=assertions)
+    [output] = to_operator_lineage(OdfLineage(outputs=(target,))).outputs
+    assert Serde.to_dict(output.facets["dataQualityAssertions"])["assertions"] == [
+        {"assertion": "null_check", "success": True, "column": "symbol", "severity": "error",
+         "name": "no_nulls", "expected": "equal_to 0", "actual": "0", "params": {}},
+        {"assertion": "sql", "success": True, "severity": "error", "name": "positive", "actual": "true",
+         "params": {}},
+        {"assertion": "max", "success": True, "column": "quantity", "severity": "error", "name": "max_qty",
+         "expected": "leq_to 1000", "actual": '{"value": 250}', "params": {}},
+    ]  # fmt: skip
+    assert lineage.check_assertions(None) == () and lineage.check_assertions("x") == ()
+
+
+@pytest.fixture
+def openlineage_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """OpenLineage on, sending to a file, configured as a deployment would (`[openlineage] transport`).
+
+    Airflow loads the provider's plugin once per process, and it registers its listener only if
+    OpenLineage was configured then; so the listener is registered here too (and removed after). The
+    task events are sent from a thread and the DAG run's from a thread pool: a process forked from this
+    one (the provider's default) would close the shared SparkSession's py4j sockets as it exits."""
+    from airflow.listeners.listener import get_listener_manager
+    from airflow.providers.openlineage.plugins.listener import get_openlineage_listener
+
+    path = tmp_path / "openlineage.jsonl"
+    transport = {"type": "file", "log_file_path": str(path), "append": True}
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps(transport))
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "odf-tests")
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD", "True")
+    manager = get_listener_manager()
+    listener = get_openlineage_listener()
+    added = not manager.pm.is_registered(listener)
+    if added:
+        manager.add_listener(listener)
+    monkeypatch.setattr(listener, "_executor", ThreadPoolExecutor(max_workers=1))
+    yield path
+    listener._executor.shutdown(wait=True)
+    if added:
+        manager.pm.unregister(listener)
+
+
+def completed(path: Path, job: str) -> dict[str, Any]:
+    """The one COMPLETE event of a task (OpenLineage job `<dag id>.<task id>`)."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    [found] = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == job]
+    return found
+
+
+def slices_added(dataset: Any, blocks: list[str]) -> list[model.DataSlice]:
+    from airflow_odf.odf.format.multiformats import Multihash
+
+    events = [dataset.block(Multihash.parse(h)).event for h in blocks]
+    return [
+        e.new_data for e in events if isinstance(e, model.AddData | model.ExecuteTransform) and e.new_data
+    ]
+
+
+@pytest.mark.usefixtures("airflow_db", "spark")
+def test_events_of_the_trades_pipeline_carry_the_run(odf_repo: Path, openlineage_file: Path) -> None:
+    dag = load_dag("odf_trades_pipeline.py", "odf_trades_pipeline")
+    run = dag.test()
+    assert set(task_states(run).values()) == {"success"}
+    repo = Repository.open(odf_repo)
+    trades, daily = repo.dataset("com.example.trades"), repo.dataset("com.example.trades.daily")
+    trades_id = str(trades.state().dataset_id).removeprefix("did:odf:")
+    daily_id = str(daily.state().dataset_id).removeprefix("did:odf:")
+    ingested, transformed = xcom(run, "ingest_trades"), xcom(run, "transform_daily")
+
+    # the ingest: the new head as version, the records and bytes of the slices its blocks added
+    event = completed(openlineage_file, "odf_trades_pipeline.ingest_trades")
+    assert event["inputs"] == []
+    [output] = event["outputs"]
+    assert (output["namespace"], output["name"]) == ("odf", trades_id)
+    assert output["facets"]["version"]["datasetVersion"] == ingested["new_head"] == str(trades.head())
+    added = slices_added(trades, ingested["new_blocks"])
+    assert len(added) == 2  # one block per trades file
+    statistics = output["outputFacets"]["outputStatistics"]
+    assert statistics["rowCount"] == sum(s.offset_interval.end - s.offset_interval.start + 1 for s in added)
+    assert statistics["rowCount"] == ingested["records"] == trades.state().num_records
+    assert statistics["size"] == sum(s.size for s in added) == trades.state().data_size
+    assert statistics["fileCount"] == 2
+    assert output["facets"]["symlinks"]["identifiers"] == [
+        {"namespace": "odf", "name": "com.example.trades", "type": "alias"}
+    ]
+    assert "columnLineage" not in output["facets"]  # a root: no SQL over inputs
+
+    # the transform: its input at the head it was pinned to, its output's version, rows, bytes, columns
+    event = completed(openlineage_file, "odf_trades_pipeline.transform_daily")
+    [source] = event["inputs"]
+    assert (source["namespace"], source["name"]) == ("odf", trades_id)
+    assert source["facets"]["version"]["datasetVersion"] == ingested["new_head"]
+    [output] = event["outputs"]
+    assert (output["namespace"], output["name"]) == ("odf", daily_id)
+    assert output["facets"]["version"]["datasetVersion"] == transformed["new_head"] == str(daily.head())
+    [added] = slices_added(daily, transformed["new_blocks"])
+    statistics = output["outputFacets"]["outputStatistics"]
+    assert {k: statistics[k] for k in ("rowCount", "size", "fileCount")} == {
+        "rowCount": added.offset_interval.end - added.offset_interval.start + 1,
+        "size": added.size,
+        "fileCount": 1,
+    }
+    assert statistics["rowCount"] == transformed["records"] == daily.state().num_records
+
+    def inputs(field: str, subtype: str, kind: str = "DIRECT") -> list[dict[str, Any]]:
+        transformation = {"type": kind, "subtype": subtype, "masking": False}
+        return [{"namespace": "odf", "name": trades_id, "field": field, "transformations": [transformation]}]
+
+    columns = output["facets"]["columnLineage"]
+    assert {name: f["inputFields"] for name, f in columns["fields"].items()} == {
+        "event_time": inputs("event_time", "TRANSFORMATION"),  # CAST(date_trunc('DAY', event_time) ...)
+        "symbol": inputs("symbol", "IDENTITY"),
+        "volume": inputs("quantity", "AGGREGATION"),  # SUM(quantity); `trades` is COUNT(*): no input
+    }
+    assert columns["fields"]["symbol"]["transformationType"] == "IDENTITY"
+    assert columns["dataset"] == [
+        *inputs("event_time", "GROUP_BY", "INDIRECT"),
+        *inputs("event_time", "SORT", "INDIRECT"),
+        *inputs("symbol", "GROUP_BY", "INDIRECT"),
+        *inputs("symbol", "SORT", "INDIRECT"),
+    ]
+    # every output column the facet names is one of the output's schema
+    schema = {f["name"] for f in output["facets"]["schema"]["fields"]}
+    assert set(columns["fields"]) <= schema and {"offset", "system_time"} <= schema - set(columns["fields"])

@@ -4,7 +4,6 @@ exact mapping each output column gets, and what gives no lineage (refused or unr
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,9 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import read_manifests
 from airflow_odf.odf.format.sql_policy import steps_of, transform_inputs
 from airflow_odf.odf.transform.column_lineage import ColumnLineage, ColumnOrigin, column_lineage
+from tests.paths import REPO, UPSTREAM, skip_without_upstream
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "dags_examples"
-UPSTREAM = Path(os.environ.get("ODF_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared")) / (
-    "reference/upstream"
-)
+EXAMPLES = REPO / "dags_examples"
 SYSTEM = ["offset", "op", "system_time", "event_time"]
 TRADES = [*SYSTEM, "symbol", "trade_id", "price", "quantity"]
 
@@ -38,12 +35,8 @@ def lineage_of(
 
 
 def upstream(relative: str) -> Path:
-    path = UPSTREAM / relative
-    if not path.exists():
-        if os.environ.get("ODF_REQUIRE_SHARED"):
-            pytest.fail(f"{path} is missing")
-        pytest.skip(f"no shared reference folder ({path})")
-    return path
+    skip_without_upstream()  # fails instead under CI's ODF_REQUIRE_SHARED (tests/conftest.py)
+    return UPSTREAM / relative
 
 
 def o(relation: str, column: str, kind: str) -> ColumnOrigin:
