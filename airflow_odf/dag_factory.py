@@ -4,7 +4,9 @@ The folder is the pipeline: `apply_manifests` creates or evolves every dataset, 
 polling source gets an `ingest_<name>` task (optionally gated by an `OdfSourceChangedSensor`), each
 derivative a `transform_<name>` task wired after the tasks of its inputs, so block hashes flow through
 XCom exactly as in a hand-written DAG. Roots with only push sources get no task: something else pushes
-into them.
+into them. A derivative given a batching rule (`batching=`, kamu's `minRecordsToAwait` /
+`maxBatchingInterval`) gets an `await_batch_<name>` check before its transform, which is skipped until
+the rule holds.
 
 Parsing reads the manifest files only — no repository, no Spark — and every problem is an error at
 DAG-parse time that names the manifest file: an invalid manifest, a dataset defined twice, an input
@@ -27,9 +29,11 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import read_manifests
 from airflow_odf.odf.format.sql_policy import require_snapshots_sql_allowed
 from airflow_odf.odf.repo.snapshot_order import dependency_order
+from airflow_odf.odf.transform.batching import BatchingRule, BatchingRuleError
 from airflow_odf.operators.ingest import OdfIngestOperator
 from airflow_odf.operators.manifest import OdfApplyManifestOperator
 from airflow_odf.operators.transform import OdfTransformOperator
+from airflow_odf.sensors.batching import INPUT_HEADS_KEY, OdfBatchingSensor
 
 APPLY_TASK_ID = "apply_manifests"
 _NOT_IN_TASK_ID = re.compile(r"[^A-Za-z0-9_.-]")
@@ -167,6 +171,80 @@ def _source_sensor(
     )
 
 
+def batching_rules(pipeline: Pipeline, batching: Mapping[str, Any] | None) -> dict[str, BatchingRule]:
+    """Dataset key -> the batching rule of each derivative named in `batching` (names in any case);
+    raises DagFactoryError for a name the folder does not define, a root, or a bad rule."""
+    by_key = {d.key: d for d in pipeline.datasets}
+    rules: dict[str, BatchingRule] = {}
+    for name, plain in (batching or {}).items():
+        planned = by_key.get(str(name).lower())
+        if planned is None:
+            known = ", ".join(d.name for d in pipeline.datasets if d.kind is model.DatasetKind.DERIVATIVE)
+            raise DagFactoryError(
+                f"batching: {name!r} is not a derivative of the folder (derivatives: {known})"
+            )
+        if planned.kind is not model.DatasetKind.DERIVATIVE:
+            raise DagFactoryError(
+                f"{planned.file}: batching: {planned.name} is a root; only derivatives batch"
+            )
+        try:
+            rules[planned.key] = BatchingRule.from_plain(plain, f"{planned.file}: batching of {planned.name}")
+        except BatchingRuleError as e:
+            raise DagFactoryError(str(e)) from None
+    return rules
+
+
+def _batching_sensor(planned: PlannedDataset, odf_conn_id: str, rule: BatchingRule) -> BaseOperator:
+    """The rule checked once per run (no wait): satisfied, it pins the transform; else it is skipped."""
+    return OdfBatchingSensor(
+        task_id=task_id_for("await_batch", planned.name),
+        dataset=planned.name,
+        odf_conn_id=odf_conn_id,
+        min_records_to_await=rule.min_records_to_await,
+        max_batching_interval=rule.max_batching_interval,
+        mode="poke",
+        deferrable=False,
+        timeout=0,
+        soft_fail=True,
+        trigger_rule="none_failed",  # checked even when its inputs' tasks found nothing new this run
+    )
+
+
+CHECKS_DIR = "checks"
+
+
+def checks_files(folder: Path, pipeline: Pipeline) -> dict[str, Path]:
+    """Dataset key -> its checks file, `checks/<dataset name>.yaml` (or `.yml`) beside the manifests
+    (docs/checks.md); raises DagFactoryError for a checks file of a dataset the folder does not define
+    or one whose checks do not read (it names the file and the check)."""
+    from airflow_odf.operators.checks import declared_checks
+
+    found: dict[str, Path] = {}
+    by_key = {d.key: d for d in pipeline.datasets}
+    checks_dir = folder / CHECKS_DIR
+    if not checks_dir.is_dir():
+        return found
+    for path in sorted(p for p in checks_dir.iterdir() if p.is_file() and p.suffix in (".yaml", ".yml")):
+        planned = by_key.get(path.stem.lower())
+        if planned is None:
+            raise DagFactoryError(f"{path}: no manifest in {folder} defines a dataset named {path.stem!r}")
+        if planned.key in found:
+            raise DagFactoryError(f"{path}: {planned.name} already has checks in {found[planned.key]}")
+        if planned.kind is model.DatasetKind.ROOT and not planned.polling:
+            raise DagFactoryError(f"{path}: {planned.name} has no polling source, so no task of this DAG")
+        try:
+            declared_checks(path)
+        except ValueError as e:
+            raise DagFactoryError(str(e)) from None
+        found[planned.key] = path
+    return found
+
+
+def _with_checks(kwargs: Mapping[str, Any], path: Path | None) -> dict[str, Any]:
+    """The operator arguments with the dataset's checks file, unless the arguments name checks."""
+    return {**({"checks": str(path)} if path is not None else {}), **kwargs}
+
+
 def build_dag(
     manifests_dir: str | Path,
     *,
@@ -183,6 +261,7 @@ def build_dag(
     ingest_kwargs: Mapping[str, Any] | None = None,
     transform_kwargs: Mapping[str, Any] | None = None,
     sensor_kwargs: Mapping[str, Any] | None = None,
+    batching: Mapping[str, Mapping[str, Any]] | None = None,
     **dag_kwargs: Any,
 ) -> DAG:
     """One DAG that applies the folder's manifests, ingests its polling roots and updates its derivatives.
@@ -205,16 +284,28 @@ def build_dag(
     :param create_repository: let `apply_manifests` initialise the repository if it does not exist.
     :param ingest_kwargs: extra arguments of every `OdfIngestOperator` (e.g. `schema_policy`, `retries`).
     :param transform_kwargs: extra arguments of every `OdfTransformOperator`.
+    Quality checks (docs/checks.md) go beside the manifests: `checks/<dataset name>.yaml` gives the
+    dataset's ingest or transform task those checks (`checks=`); `quarantine=True` in `ingest_kwargs` /
+    `transform_kwargs` keeps the slices they reject.
+
     :param sensor_kwargs: extra arguments of every sensor (e.g. `poke_interval`, `timeout` — keep it
         shorter than the schedule's interval).
+    :param batching: derivative name -> `{"minRecordsToAwait": N, "maxBatchingInterval": T}` (T in
+        seconds, a timedelta, or `30s`/`15m`/`1h`/`2d`): an `await_batch_<name>` check before the
+        transform, once per run, after its inputs' tasks; the transform runs, pinned to the heads it
+        counted, only when the inputs hold N unprocessed records or T has passed since the first
+        unprocessed change, and is skipped otherwise (the records wait for a later run). Transforms then
+        use the trigger rule `none_failed_min_one_success`, as with the source gate.
     """
     folder = Path(manifests_dir).absolute()
     pipeline = plan_pipeline(folder, external_inputs)
+    checks = checks_files(folder, pipeline)
+    rules = batching_rules(pipeline, batching)
     base = str(Path(source_dir).absolute() if source_dir is not None else folder.parent)
     common: dict[str, Any] = {"odf_conn_id": odf_conn_id, "spark_conn_id": spark_conn_id, "engine": engine}
     ingest_kwargs, transform_kwargs = dict(ingest_kwargs or {}), dict(transform_kwargs or {})
     sensor_settings = {"mode": "reschedule", "soft_fail": True, **(sensor_kwargs or {})}
-    if gate_with_source_sensor:
+    if gate_with_source_sensor or rules:
         transform_kwargs.setdefault("trigger_rule", "none_failed_min_one_success")
 
     with DAG(dag_id=dag_id, schedule=schedule, default_args=dict(default_args or {}), **dag_kwargs) as dag:
@@ -234,7 +325,7 @@ def build_dag(
                     dataset=planned.name,
                     source_dir=base,
                     **common,
-                    **ingest_kwargs,
+                    **_with_checks(ingest_kwargs, checks.get(planned.key)),
                 )
                 if gate_with_source_sensor:
                     sensor = _source_sensor(planned, odf_conn_id, base, sensor_settings)
@@ -243,15 +334,23 @@ def build_dag(
                     apply >> ingest
                 produced[planned.key] = ingest
                 continue
+            # inputs without a task of their own (push roots, external datasets) only need the manifests
+            upstream = sorted(
+                {produced.get(ref.lower(), apply) for ref in planned.inputs}, key=lambda t: t.task_id
+            )
+            pins: dict[str, Any] = {}
+            rule = rules.get(planned.key)
+            if rule is not None:
+                batch = _batching_sensor(planned, odf_conn_id, rule)
+                upstream >> batch
+                upstream, pins = [batch], {"input_heads": batch.output[INPUT_HEADS_KEY]}
             transform = OdfTransformOperator(
                 task_id=task_id_for("transform", planned.name),
                 dataset=planned.name,
                 **common,
-                **transform_kwargs,
+                **pins,
+                **_with_checks(transform_kwargs, checks.get(planned.key)),
             )
-            # inputs without a task of their own (push roots, external datasets) only need the manifests
-            upstream = {produced.get(ref.lower(), apply) for ref in planned.inputs}
-            for task in sorted(upstream, key=lambda t: t.task_id):
-                task >> transform
+            upstream >> transform
             produced[planned.key] = transform
     return dag
