@@ -86,13 +86,21 @@ def get_provider_info() -> dict[str, Any]:
         "sensors": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["airflow_odf.sensors.head", "airflow_odf.sensors.source"],
+                "python-modules": [
+                    "airflow_odf.sensors.batching",
+                    "airflow_odf.sensors.head",
+                    "airflow_odf.sensors.source",
+                ],
             }
         ],
         "triggers": [
             {
                 "integration-name": _INTEGRATION,
-                "python-modules": ["airflow_odf.triggers.head", "airflow_odf.triggers.source"],
+                "python-modules": [
+                    "airflow_odf.triggers.batching",
+                    "airflow_odf.triggers.head",
+                    "airflow_odf.triggers.source",
+                ],
             }
         ],
         "notifications": ["airflow_odf.notifications.schema_violation.OdfSchemaViolationNotifier"],
