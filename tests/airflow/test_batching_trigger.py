@@ -39,6 +39,16 @@ def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Repository
     yield repository
 
 
+class TaskInstance:
+    """The task instance of a sensor's context, as far as it uses one: the XComs it pushes by key."""
+
+    def __init__(self) -> None:
+        self.pushed: dict[str, Any] = {}
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed[key] = value
+
+
 def trigger(**kwargs: Any) -> OdfBatchingTrigger:
     return OdfBatchingTrigger(dataset="deriv", odf_conn_id="odf_batch", poll_interval=POLL, **kwargs)
 
@@ -125,24 +135,19 @@ def test_the_sensor_pushes_the_pins_and_its_status(repo: Repository) -> None:
     sensor = OdfBatchingSensor(
         task_id="await_batch", dataset="deriv", odf_conn_id="odf_batch", min_records_to_await=1000
     )
-    pushed: dict[str, Any] = {}
-
-    class TaskInstance:
-        def xcom_push(self, key: str, value: Any) -> None:
-            pushed[key] = value
-
-    context: Any = {"ti": TaskInstance()}
-    assert not sensor.poke(context).is_done and pushed == {}
+    ti = TaskInstance()
+    context: Any = {"ti": ti}
+    assert not sensor.poke(context).is_done and ti.pushed == {}
     head = str(add_data(trades, 400))
     done = sensor.poke(context)
 
     did = str(trades.state().dataset_id)
-    assert done.is_done and pushed == {INPUT_HEADS_KEY: {did: head}}
+    assert done.is_done and ti.pushed == {INPUT_HEADS_KEY: {did: head}}
     assert done.xcom_value["reason"] == "records" and done.xcom_value["input_heads"] == {did: head}
     assert "status" not in done.xcom_value
 
     resumed = sensor.execute_complete(context, {"status": "ready", **done.xcom_value})
-    assert resumed == done.xcom_value and pushed == {INPUT_HEADS_KEY: {did: head}}
+    assert resumed == done.xcom_value and ti.pushed == {INPUT_HEADS_KEY: {did: head}}
 
 
 @pytest.mark.parametrize(
@@ -171,3 +176,28 @@ def test_the_sensor_defers_to_the_trigger_with_its_rule() -> None:
         "min_records_to_await": 50,
         "max_batching_interval": 900.0,
     }
+
+
+def test_deferred_the_sensor_hands_the_triggerer_a_rebuildable_trigger(repo: Repository) -> None:
+    """What the worker stores for the triggerer: the trigger (JSON kwargs, rebuilt by class path) and
+    the method the task resumes in; the rebuilt trigger's event resumes the sensor with the pins."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    trades = repo.dataset("trades")
+    sensor = OdfBatchingSensor(
+        task_id="await_batch", dataset="deriv", odf_conn_id="odf_batch", min_records_to_await=100,
+        max_batching_interval="1h", deferrable=True, poke_interval=POLL, timeout=60,
+    )  # fmt: skip
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    assert deferred.value.method_name == "execute_complete"
+    stored = rebuilt(deferred.value.trigger)
+    assert stored.serialize()[1]["max_batching_interval"] == 3600.0
+
+    head: list[str] = []
+    payload = asyncio.run(first_event(stored, during=lambda: head.append(str(add_data(trades, 100)))))
+
+    ti = TaskInstance()
+    result = sensor.execute_complete({"ti": ti}, payload)
+    assert result["reason"] == "records"
+    assert ti.pushed == {INPUT_HEADS_KEY: {str(trades.state().dataset_id): head[0]}}

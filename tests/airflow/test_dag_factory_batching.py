@@ -16,6 +16,7 @@ from airflow_odf.dag_factory import DagFactoryError, build_dag, plan_pipeline
 from airflow_odf.odf.format.manifests import read_manifests
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.sensors.batching import INPUT_HEADS_KEY, OdfBatchingSensor
+from tests.airflow.test_batching_trigger import TaskInstance
 from tests.airflow.test_dag_factory import _derivative, _polling_root, _push_root, _upstream
 from tests.unit.test_transform_plan import SCHEMA, add_data
 
@@ -99,14 +100,6 @@ def test_a_bad_rule_is_an_import_error_naming_the_manifest(
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-class _TaskInstance:
-    def __init__(self) -> None:
-        self.pushed: dict[str, Any] = {}
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed[key] = value
-
-
 def test_the_check_skips_until_the_rule_holds_then_pins_the_heads(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -131,7 +124,7 @@ def test_the_check_skips_until_the_rule_holds_then_pins_the_heads(
     )
     check = dag.get_task("await_batch_org.enriched")
 
-    ti = _TaskInstance()
+    ti = TaskInstance()
     with pytest.raises(AirflowSkipException):
         check.execute({"ti": ti})
     assert ti.pushed == {}
