@@ -285,3 +285,22 @@ def test_a_rule_in_manifest_style() -> None:
     assert (rule.min_records_to_await, rule.max_batching_interval) == (1000, 3600.0)
     assert rule.as_plain() == {"minRecordsToAwait": 1000, "maxBatchingInterval": 3600.0}
     assert BatchingRule.from_plain({"maxBatchingInterval": 60}).min_records_to_await == 1
+
+
+def test_after_a_transform_the_cache_dates_the_next_batch_from_its_own_first_change(
+    repo: Repository,
+) -> None:
+    trades = root(repo, "trades")
+    deriv = derivative(repo, [("trades", "t")])
+    first = add_data(trades, 3)
+    cache = BacklogCache()
+    rule = BatchingRule(100, 60)
+    before = check_batching(repo, "deriv", rule, cache=cache)
+    execute(deriv, plan_transform(repo, deriv, pinned_heads=before.input_heads()).batches[0])
+    second = add_data(trades, 4)
+
+    after = check_batching(repo, "deriv", rule, cache=cache)
+
+    assert before.first_change == system_time(trades, first)
+    assert (after.new_records, after.first_change) == (4, system_time(trades, second))
+    assert list(cache.walked) == [(trades.state().dataset_id, first)]  # the old batch's entry is gone

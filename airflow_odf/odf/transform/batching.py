@@ -317,5 +317,7 @@ def _first_change(
         h = block.prev_block_hash
     if h is None and processed_block is not None:
         raise InputDivergedError(inp.alias, inp.dataset_id, processed_block, derivative)
+    for stale in [k for k in cache.walked if k[0] == inp.dataset_id and k != key]:
+        del cache.walked[stale]  # processed since: those blocks are not the backlog any more
     cache.walked[key] = (head, first)
     return first
