@@ -2,17 +2,20 @@
 
 Bad input, a broken chain or a schema violation will not get better by retrying: those fail the task
 at once (`AirflowFailException`), as does tampered or diverged data met while syncing. A source or a
-remote repository that is unreachable, a concurrent writer or a crashed Spark job may: those fail with
-`AirflowException`, and the task's retries apply.
+remote repository that is unreachable, a concurrent writer, a crashed Spark job or an engine that
+stopped under the request (`engine-stopped`: a Spark Connect server restarted mid-request) may: those
+fail with `AirflowException`, and the task's retries apply.
 """
 
 from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from airflow_odf.odf.engine_client.contract import ENGINE_STOPPED
 from airflow_odf.odf.engine_client.runner import EngineRunError
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.ingest.fetch.types import FetchError
+from airflow_odf.odf.operation import IngestError
 from airflow_odf.odf.schema.evolution import SchemaChange, SchemaEvolutionError
 from airflow_odf.odf.storage.http import HttpStoreError
 from airflow_odf.odf.storage.s3 import S3StoreError
@@ -36,4 +39,6 @@ def airflow_error(dataset: str, error: OdfError) -> AirflowException:
         return AirflowException(str(error))
     if isinstance(error, ConflictError | EngineRunError | HttpStoreError | S3StoreError):
         return AirflowException(f"{dataset}: {error}")
+    if isinstance(error, IngestError) and error.kind == ENGINE_STOPPED:  # its message names the dataset
+        return AirflowException(str(error))
     return AirflowFailException(str(error))

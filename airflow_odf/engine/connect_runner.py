@@ -37,9 +37,16 @@ from pyspark.sql.connect.client.retries import DefaultPolicy
 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 from airflow_odf.engine.deadline import run_within
-from airflow_odf.engine.errors import ConnectTokenRefusedError, ConnectUnreachableError
+from airflow_odf.engine.errors import (
+    ENGINE_STOPPED,
+    RUN_AGAIN,
+    ConnectTokenRefusedError,
+    ConnectUnreachableError,
+    EngineStoppedError,
+)
 from airflow_odf.engine.job import CONTRACT_VERSION
 from airflow_odf.engine.session import runtime_conf
+from airflow_odf.engine.spark_errors import engine_stopped
 from airflow_odf.utils.engine_deadline import resolve_engine_timeout
 
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -68,13 +75,17 @@ class SparkConnectRunner:
         with connect_mode():
             spark = open_session(self.remote, self.conf)
             try:
-                unseen = _unseen_work_dir(spark, self.remote, work_dir)
-                response = unseen or run_within(spark, json.loads(request_json), self.timeout)
+                try:
+                    unseen = _unseen_work_dir(spark, self.remote, work_dir)
+                    response = unseen or run_within(spark, json.loads(request_json), self.timeout)
+                except Exception as e:
+                    _fail_if_gone(self.remote, spark, _stopped(e))
+                    raise
                 if "error" in response:  # e.g. "cannot read x.csv": perhaps only because the server went away
-                    _fail_if_gone(self.remote, spark)
-            except Exception:
-                _fail_if_gone(self.remote, spark)
-                raise
+                    error = response["error"]
+                    _fail_if_gone(
+                        self.remote, spark, error["message"] if error["kind"] == ENGINE_STOPPED else None
+                    )
             finally:
                 with contextlib.suppress(Exception):
                     spark.stop()  # releases the session on the server: its views, settings and state
@@ -164,6 +175,9 @@ def open_session(remote: str, conf: dict[str, str] | None = None) -> ConnectSess
         _stop_unopened_session(channel_builder)
         if e.getGrpcStatusCode() == grpc.StatusCode.UNAUTHENTICATED:
             raise ConnectTokenRefusedError(shown, token_sent=channel_builder.token is not None) from None
+        stopped = _stopped(e)  # a server stopping as the request came: it answers, without a SparkContext
+        if stopped is not None:
+            raise ConnectUnreachableError(shown, stopped, RUN_AGAIN) from None
         raise
     spark.client.set_retry_policies([DefaultPolicy(max_retries=_RETRIES)])
     return spark
@@ -245,13 +259,27 @@ def _channel_ready(builder: _ChannelBuilder, deadline: float) -> bool:
     return True
 
 
-def _fail_if_gone(remote: str, spark: ConnectSession) -> None:
-    """After a failed request: ConnectUnreachableError when the server no longer answers, so the failure
-    is reported as the server's (and retried), not as the request's (a "broken" input file). A server
-    that is gone has no session to release: stopping `spark` then only closes its channel."""
+def _fail_if_gone(remote: str, spark: ConnectSession, stopped: str | None) -> None:
+    """After a failed request: ConnectUnreachableError when the server no longer answers, or when the
+    engine stopped under the request (`stopped`, the one line saying so: a stopping server's SparkContext
+    is gone while its gRPC service still answers, a restarted one lost the session), so the failure is
+    reported as the server's, in one line naming it (and retried), not as the request's (a "broken"
+    input file, a Java stack). A server that is gone or going keeps no session to release: stopping
+    `spark` then only closes its channel."""
     if not _answers(remote):
-        spark.release_session_on_close = False
-        raise ConnectUnreachableError(_without_params(remote), "stopped answering during the request")
+        error = ConnectUnreachableError(_without_params(remote), "stopped answering during the request")
+    elif stopped is not None:
+        error = ConnectUnreachableError(_without_params(remote), stopped, RUN_AGAIN)
+    else:
+        return
+    spark.release_session_on_close = False
+    raise error from None
+
+
+def _stopped(e: BaseException) -> str | None:
+    """The one line of an error that says the engine stopped under the request, else None."""
+    reason = engine_stopped(e)
+    return None if reason is None else str(EngineStoppedError(reason))
 
 
 def _without_params(remote: str) -> str:

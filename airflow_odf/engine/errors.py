@@ -13,8 +13,27 @@ class EngineInputError(Exception):
         self.message = message
 
 
+ENGINE_STOPPED = "engine-stopped"
+"""The response's error kind of a request whose engine stopped under it (docs/engine-contract.md)."""
+
+
+class EngineStoppedError(Exception):
+    """The engine went away during the request (its SparkContext stopped, its server restarted or
+    unreachable): no fault of the input, and worth trying again once the engine is back. `reason` says
+    what was seen, in a few words."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the engine stopped during the request ({reason})")
+        self.reason = reason
+
+
 _START_A_SERVER = (
     "start one with `odf engine serve` (it prints its sc:// URL), or point the connection at a running server"
+)
+
+RUN_AGAIN = (
+    "nothing was committed: run it again once the server is back (Airflow retries the task; "
+    "`odf engine serve` starts a server)"
 )
 
 

@@ -20,12 +20,13 @@ import pyspark
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.errors import ENGINE_STOPPED, EngineInputError, EngineStoppedError
 from airflow_odf.engine.executor_sight import require_executors_see
 from airflow_odf.engine.ingest_job import ingest, locate_bad_records
 from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.readers import BAD_RECORD_MARK
-from airflow_odf.engine.session import get_session, request_frames
+from airflow_odf.engine.session import context_stopped, get_session, request_frames
+from airflow_odf.engine.spark_errors import CONTEXT_STOPPED, engine_stopped
 from airflow_odf.utils.parent_death import die_with_parent
 
 CONTRACT_VERSION = 1
@@ -39,7 +40,8 @@ def engine_info() -> dict[str, str]:
 
 def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Executes an ingest, transform, infer, compact or query request (`kind`); returns the response,
-    `error` set on bad input or on a cluster whose executors cannot see the request's local folder."""
+    `error` set on bad input, on a cluster whose executors cannot see the request's local folder, or
+    (kind `engine-stopped`) when the engine stopped under the request."""
     # the job's persisted frames (read input, sorted output) are unpersisted at its end
     with request_frames():
         try:
@@ -51,11 +53,29 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             response = _handler(request.get("kind"))(spark, request)
         except EngineInputError as e:
             response = {"error": {"kind": e.kind, "message": e.message}}
+        except EngineStoppedError as e:
+            response = _stopped(e.reason)
         except (PySparkException, Py4JJavaError) as e:
-            response = {"error": {"kind": "engine", "message": _first_lines(str(e))}}
-            if BAD_RECORD_MARK in str(e):
-                response = locate_bad_records(spark, request) or response
+            stopped = engine_stopped(e)
+            if stopped is not None:
+                response = _stopped(stopped)
+            elif BAD_RECORD_MARK in str(e):
+                response = locate_bad_records(spark, request) or _engine_error(e)
+            else:
+                response = _engine_error(e)
+    error = response.get("error")
+    if error is not None and error["kind"] != ENGINE_STOPPED and context_stopped(spark):
+        response = _stopped(CONTEXT_STOPPED)  # whatever the failure looked like ("cannot read a.csv")
     return {"version": CONTRACT_VERSION, "engine": engine_info(), **response}
+
+
+def _engine_error(e: BaseException) -> dict[str, Any]:
+    return {"error": {"kind": "engine", "message": _first_lines(str(e))}}
+
+
+def _stopped(reason: str) -> dict[str, Any]:
+    """The error of a request whose engine stopped under it: one line, no Java stack (retried by callers)."""
+    return {"error": {"kind": ENGINE_STOPPED, "message": str(EngineStoppedError(reason))}}
 
 
 def _handler(kind: str | None) -> _Handler:

@@ -17,6 +17,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from airflow_odf.engine.py4j_errors import Py4JError
 from airflow_odf.utils.jvm_guard import with_sql_guard
 from airflow_odf.utils.s3a import CLASS_PATH_KEYS, split_secrets
 from airflow_odf.utils.spark_conf import DEFAULT_SPARK_LOG_LEVEL, ODF_SPARK_CONF, SPARK_LOG_LEVEL
@@ -98,6 +99,21 @@ def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
 def is_connect(spark: SparkSession) -> bool:
     """Whether `spark` is a Spark Connect session (the classic session's class is not its base)."""
     return not isinstance(spark, SparkSession)
+
+
+def context_stopped(spark: SparkSession) -> bool:
+    """Whether the SparkContext of a local session has stopped (then any error of the request is the
+    engine's, whatever Spark wrapped it in: an analysis fails with INTERNAL_ERROR). A Connect session has
+    none in this process: the server's errors say it (`spark_errors.engine_stopped`)."""
+    if is_connect(spark):
+        return False
+    jsc = spark.sparkContext._jsc  # None once stopped from Python
+    if jsc is None:
+        return True
+    try:
+        return bool(jsc.sc().isStopped())
+    except Py4JError:  # the JVM itself is gone
+        return True
 
 
 def default_parallelism(spark: SparkSession) -> int:

@@ -7,6 +7,8 @@ this test's own (its port fixed: the connection names it):
   the server is started; the retry commits the data once.
 - B: the server is killed (SIGKILL) a few seconds into the first try's request; nothing is committed;
   it is restarted on the same port; the retry commits exactly once.
+- C: the same with the server stopped as a restart stops it (SIGTERM): the try fails retryably, in one
+  line naming the server, no Java stack (issue 36).
 
 How the tries run: `dag.test()` of Airflow 3.3 runs retries itself. A try that fails with retries left
 becomes `up_for_retry` (the task instance history keeps it, as failed), its
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,19 +36,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_odf.engine.connect_runner import CONNECT_TIMEOUT_SECONDS
+from airflow_odf.exceptions import airflow_error
 from airflow_odf.odf.chain.data_access import tail
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.integrity import reachable_keys
 from airflow_odf.odf.engine_client.connect_server import ConnectServer, free_port
+from airflow_odf.odf.engine_client.contract import ENGINE_STOPPED
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
+from airflow_odf.odf.operation import IngestError
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.operators.base import RUN_EXTRA_KEY
 from tests.airflow.test_retry_safety import AirflowHome
-from tests.integration.test_connect_failures import KILL_AFTER_SECONDS, ROWS
+from tests.integration.test_connect_failures import KILL_AFTER_SECONDS, ROWS, STOPPED_PROBLEMS
 from tests.paths import REPO
 
 DAG_ID = "odf_connect_retry"
@@ -346,3 +353,40 @@ def test_a_server_killed_during_the_try_commits_nothing_and_the_retry_commits_on
         child.server_back()
         result = child.result()
     _committed_once(dataset, result, ROWS)
+
+
+def test_a_server_stopped_during_the_try_fails_it_retryably_in_one_line_and_the_retry_commits_once(
+    airflow_home: AirflowHome, repo: Repository, dedicated_server: DedicatedServer
+) -> None:
+    """Issue 36: restarting the warm engine (SIGTERM: Spark stops its context while the server still
+    answers) used to fail the task for good with `AirflowFailException: (java.lang.IllegalStateException)
+    Cannot call methods on a stopped SparkContext` and a Java stack, despite its retries."""
+    if not dedicated_server.running:
+        dedicated_server.start()
+    dataset, data = _push_dataset(repo, "connect.stopped", ROWS)
+    before = dataset.head()
+    with ChildRun(airflow_home, repo, dedicated_server, "connect.stopped", data) as child:
+        child.wait_for("request-1")
+        time.sleep(KILL_AFTER_SECONDS)
+        dedicated_server.stop()  # what `odf engine serve` gets from a restart: SIGTERM
+        failure = child.failed_try()
+        prefix = (
+            f"AirflowException: connect.stopped: Spark Connect server {re.escape(dedicated_server.url)}: "
+        )
+        assert re.fullmatch(prefix + STOPPED_PROBLEMS, failure), failure  # one line, retryable
+        _left_nothing(repo, dataset, before)
+        dedicated_server.start()
+        child.server_back()
+        result = child.result()
+    _committed_once(dataset, result, ROWS)
+
+
+def test_an_engine_stopped_response_is_retried_and_bad_input_is_not() -> None:
+    stopped = IngestError(
+        ENGINE_STOPPED, "big: the engine stopped during the request (its SparkContext was stopped)"
+    )
+    assert type(airflow_error("big", stopped)) is AirflowException  # the task's retries apply
+    assert str(airflow_error("big", stopped)) == str(stopped)
+    assert (
+        type(airflow_error("big", IngestError("bad-input", "big: cannot read a.csv"))) is AirflowFailException
+    )

@@ -23,6 +23,9 @@ from airflow_odf.utils.engine_json import TypeWidening, Vocab
 CONTRACT_VERSION = 1
 BAD_RECORDS_FAIL = "fail"
 BAD_RECORDS_QUARANTINE = "quarantine"
+ENGINE_STOPPED = "engine-stopped"
+"""The error kind of a request whose engine stopped under it (a stopped SparkContext, a restarted or
+unreachable server): no fault of the input; trying again once the engine is back may succeed."""
 
 
 class EngineContractError(OdfError):
