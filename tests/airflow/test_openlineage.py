@@ -242,26 +242,30 @@ def openlineage_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     """OpenLineage on, sending to a file, configured as a deployment would (`[openlineage] transport`).
 
     Airflow loads the provider's plugin once per process, and it registers its listener only if
-    OpenLineage was configured then; so the listener is registered here too (and removed after). The
+    OpenLineage was configured then; so the listener is registered here too (and removed after), with
+    the task SDK's listeners (task events) and the core's (DAG run events). The
     task events are sent from a thread and the DAG run's from a thread pool: a process forked from this
     one (the provider's default) would close the shared SparkSession's py4j sockets as it exits."""
     from airflow.listeners.listener import get_listener_manager
     from airflow.providers.openlineage.plugins.listener import get_openlineage_listener
+    from airflow.sdk.listener import get_listener_manager as get_task_listener_manager
 
     path = tmp_path / "openlineage.jsonl"
     transport = {"type": "file", "log_file_path": str(path), "append": True}
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", json.dumps(transport))
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "odf-tests")
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD", "True")
-    manager = get_listener_manager()
+    monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT", "300")  # a busy machine: wait for each
     listener = get_openlineage_listener()
-    added = not manager.pm.is_registered(listener)
-    if added:
+    added = [
+        m for m in (get_task_listener_manager(), get_listener_manager()) if not m.pm.is_registered(listener)
+    ]
+    for manager in added:
         manager.add_listener(listener)
     monkeypatch.setattr(listener, "_executor", ThreadPoolExecutor(max_workers=1))
     yield path
     listener._executor.shutdown(wait=True)
-    if added:
+    for manager in added:
         manager.pm.unregister(listener)
 
 
