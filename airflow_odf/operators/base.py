@@ -103,21 +103,20 @@ class OdfBaseOperator(BaseOperator):
 
     def runner(self) -> EngineRunner:
         from airflow_odf.hooks.spark_engine import (
-            SPARK_CONNECT_CONN_TYPE,
             SparkConnectEngineRunner,
             SparkSubmitEngineRunner,
-            connection_type,
             with_fast_start,
         )
 
-        if self.engine == "local":
+        engine = self.engine_in_use()
+        if engine == "local":
             require_local_spark()
             from airflow_odf.engine.local_runner import LocalSparkRunner  # pyspark in the worker
 
             master = self.spark_conf.get("spark.master", "local[*]")
             conf = with_fast_start(self.engine_conf(), master, None)
             self._runner = LocalSparkRunner(master, conf, timeout=self.request_deadline())
-        elif self.engine == "spark-connect" or connection_type(self.spark_conn_id) == SPARK_CONNECT_CONN_TYPE:
+        elif engine == "spark-connect":
             # a Connect server gets its s3a jars and settings when it starts (`odf engine serve --s3a`)
             self._runner = SparkConnectEngineRunner(
                 self.spark_conn_id, conf=self.spark_conf, timeout=self.request_deadline()
@@ -128,6 +127,15 @@ class OdfBaseOperator(BaseOperator):
                 self.spark_conn_id, conf=self.engine_conf(), name=name, timeout=self.request_deadline()
             )
         return self._runner
+
+    def engine_in_use(self) -> str:
+        """The engine the task's requests run on (what records name, e.g. the verification's): `engine`,
+        except that a Spark connection of type `spark_connect` selects spark-connect unless it is local."""
+        from airflow_odf.hooks.spark_engine import SPARK_CONNECT_CONN_TYPE, connection_type
+
+        if self.engine == "spark-submit" and connection_type(self.spark_conn_id) == SPARK_CONNECT_CONN_TYPE:
+            return "spark-connect"
+        return self.engine
 
     def request_deadline(self) -> float:
         """Seconds an engine request may run: `engine_timeout`, else `[odf] engine_timeout`, else

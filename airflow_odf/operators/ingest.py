@@ -87,8 +87,8 @@ class OdfIngestOperator(SourceTrustArguments, _IngestOperator):
     :param set_watermark: advance the watermark to this RFC 3339 time (templated).
     :param files_per_batch: FilesGlob: files per AddData block.
     :param source_dir: the directory relative FilesGlob paths are resolved against (templated; default:
-        the worker's working directory); also the one local sources may read unless `local_source_dirs`
-        (or `[odf] local_source_dirs`) says otherwise.
+        the first of `local_source_dirs`, else the worker's working directory); also the one local
+        sources may read unless `local_source_dirs` (or `[odf] local_source_dirs`) says otherwise.
 
     What the source's manifest may do: `allow_shell_steps`, `allow_container_sources`,
     `template_env_allow`, `local_source_dirs` (see `SourceTrustArguments`; default: `[odf]`, then the

@@ -51,7 +51,10 @@ class OdfVerifyOperator(OdfBaseOperator):
 
         result = self.call(
             lambda: verify_dataset(
-                dataset, full=self.full, replay=None if self.integrity_only else replay, engine=self.engine
+                dataset,
+                full=self.full,
+                replay=None if self.integrity_only else replay,
+                engine=self.engine_in_use(),  # a spark_connect connection replays on its server
             )
         )
         problems = [str(p) for p in [*result.problems, *result.not_reproducible]]

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from airflow_odf.odf.chain.verification import read_record
 from airflow_odf.odf.engine_client.connect_server import free_port
+from airflow_odf.odf.repo.repository import Repository
 from tests.airflow.dag_runs import check_trades_pipeline, load_dag
 
 CONNECT_CONN = "odf_connect_test"
@@ -51,6 +53,13 @@ def test_a_spark_connect_connection_selects_the_connect_engine(monkeypatch: pyte
     assert isinstance(runner(spark_conn_id=CONNECT_CONN, engine="spark-connect"), SparkConnectEngineRunner)
     assert isinstance(runner(), SparkSubmitEngineRunner)  # spark_default is of type spark
     assert type(runner(spark_conn_id=CONNECT_CONN, engine="local")).__name__ == "LocalSparkRunner"
+
+    def engine_in_use(**kwargs: Any) -> str:  # what the verification record names (issue 36)
+        return OdfPushIngestOperator(task_id="push", dataset="d", files=["x.csv"], **kwargs).engine_in_use()
+
+    assert engine_in_use(spark_conn_id=CONNECT_CONN) == "spark-connect"
+    assert engine_in_use() == "spark-submit"
+    assert engine_in_use(spark_conn_id=CONNECT_CONN, engine="local") == "local"
 
 
 @pytest.mark.usefixtures("production_default_engine")
@@ -112,3 +121,8 @@ def test_warm_engine_dag(odf_repo: Path, connect_url: str, monkeypatch: pytest.M
     check_trades_pipeline(run, odf_repo)
     # ingest, transform and the verification's replay all ran on the server
     assert len(remotes) >= 3 and set(remotes) == {f"{connect_url}/"}
+    # and the verification record names it, not the configured default (spark-submit; issue 36)
+    daily = Repository.open(odf_repo).dataset("com.example.trades.daily")
+    replayed = read_record(daily).replay
+    assert replayed is not None and replayed.state.head == daily.head()
+    assert replayed.engine == "spark-connect"

@@ -100,3 +100,27 @@ def test_pull_polling_source_and_errors(
     assert "b.csv" in err and "line 2" in err and "Traceback" not in err
     assert main(["pull", "--repo", str(repo), "polled", "--set-watermark", "yesterday"]) == 2
     assert "--set-watermark" in capsys.readouterr().err
+
+
+def test_pull_resolves_a_relative_glob_from_the_source_root_in_any_working_directory(
+    repo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 36: `path: in/*.csv` with `--source-root DIR` is DIR/in/*.csv, wherever the command runs."""
+    src, elsewhere = tmp_path / "src", tmp_path / "elsewhere"
+    (src / "in").mkdir(parents=True)
+    elsewhere.mkdir()
+    (src / "in" / "a.csv").write_text("event_time,city,population\n2020-01-01T00:00:00Z,A,1\n")
+    _add(
+        repo,
+        tmp_path,
+        "relative",
+        "SetPollingSource",
+        "      fetch:\n        kind: FilesGlob\n        path: in/*.csv",
+    )
+    monkeypatch.chdir(elsewhere)
+    capsys.readouterr()
+    pull = ["pull", "--repo", str(repo), "relative", "--master", "local[2]", "--source-root", str(src)]
+    assert main([*pull, "--format", "json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["records"] == 1
+    assert main(["tail", "--repo", str(repo), "relative", "--format", "json"]) == 0
+    assert [r["city"] for r in json.loads(capsys.readouterr().out)] == ["A"]

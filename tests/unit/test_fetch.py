@@ -397,6 +397,30 @@ def test_glob_by_name_one_file_per_iteration(tmp_path: Path) -> None:
     assert SourceFetcher(step, options(tmp_path)).fetch(later.new_source_state, SYSTEM_TIME).up_to_date
 
 
+def test_a_relative_glob_resolves_from_the_source_directory_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/sources.md: a relative `path` is taken from the task's `source_dir` (`base_dir`), else from the
+    first directory local sources may read (`odf --source-root`, ODF_LOCAL_SOURCE_DIRS) — issue 36: the
+    command resolved it from the working directory, so it failed from any other one."""
+    source_dir, elsewhere = tmp_path / "landing", tmp_path / "elsewhere"
+    make_files(source_dir / "in", ["a.csv", "b.csv"])
+    make_files(elsewhere / "in", ["decoy.csv"])  # what the working directory would have matched
+    monkeypatch.chdir(elsewhere)
+    step = FetchStepFilesGlob(path="in/*.csv")
+    trusted = SourceTrust(local_source_dirs=(source_dir,))
+    by_task = drain(SourceFetcher(step, options(tmp_path, files_per_batch=5, base_dir=source_dir)))
+    by_root = drain(SourceFetcher(step, options(tmp_path, files_per_batch=5, trust=trusted)))
+    for results in (by_task, by_root):
+        assert [f.path for r in results for f in r.files] == [
+            source_dir / "in" / "a.csv",
+            source_dir / "in" / "b.csv",
+        ]
+    # without either, the working directory is the source directory (and the one local sources may read)
+    alone = drain(SourceFetcher(step, options(tmp_path, trust=SourceTrust())))
+    assert [f.path for r in alone for f in r.files] == [elsewhere / "in" / "decoy.csv"]
+
+
 def test_glob_files_per_batch(tmp_path: Path) -> None:
     make_files(tmp_path, [f"f{i}.csv" for i in range(5)])
     step = FetchStepFilesGlob(path=str(tmp_path / "*.csv"))

@@ -23,7 +23,8 @@ class IngestOptions:
 
     `extra` is recorded in every AddData's `extra` attributes (e.g. the Airflow run that committed it).
     `schema_policy` (`strict` or `additive`) decides whether new data may evolve the schema.
-    `source_dir` is where relative FilesGlob paths are resolved (default: the working directory).
+    `source_dir` is where relative FilesGlob paths are resolved (default: the first directory `trust`
+    lets local sources read, else the working directory).
     `checks` are judged on each new slice before it is committed (docs/checks.md); `quarantine` keeps a
     rejected slice in the scratch space for `odf inspect rejected`.
     `trust` is what the source's manifest may do (shell steps, Container sources, which variables its

@@ -62,7 +62,8 @@ class SourceTrustError(OdfError):
 class SourceTrust:
     """The resolved settings. `template_env_allow`: names, `PREFIX*` patterns, or `*` for everything.
     `local_source_dirs`: None means the directory relative paths resolve against (the task's
-    `source_dir`, else the working directory). `s3_source_prefixes`: the `s3://bucket[/prefix]` that
+    `source_dir`, else the working directory); relative paths resolve against the first of them when the
+    task has no `source_dir` (`source_directory`). `s3_source_prefixes`: the `s3://bucket[/prefix]` that
     FilesGlob may list and read with the worker's credentials (none by default)."""
 
     allow_shell_steps: bool = False
@@ -112,6 +113,14 @@ class SourceTrust:
     def env_allowed(self, name: str) -> bool:
         """May a template read the worker's variable `name`?"""
         return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in self.template_env_allow)
+
+    def source_directory(self, source_dir: Path | None) -> Path:
+        """Where relative FilesGlob paths resolve: the task's `source_dir`, else the first directory local
+        sources may read (`odf --source-root DIR`, ODF_LOCAL_SOURCE_DIRS, `[odf] local_source_dirs`), else
+        the working directory — never the working directory while it may not be read anyway."""
+        if source_dir is not None:
+            return source_dir
+        return self.local_source_dirs[0] if self.local_source_dirs else Path.cwd()
 
     def source_roots(self, source_dir: Path | None) -> tuple[Path, ...]:
         """The real (symlink-free) directories local sources must lie in."""

@@ -32,10 +32,11 @@ def confine(path: Path, options: FetchOptions, where: str) -> Path:
 
 
 def list_glob(pattern: str, options: FetchOptions, where: str) -> list[tuple[Path, Path]]:
-    """`(match, real path)` of the regular files matching `pattern` (relative to `base_dir`), each in
-    an allowed directory; the part before the first wildcard must be in one before anything is listed."""
-    if options.base_dir is not None and not os.path.isabs(pattern):
-        pattern = os.path.join(options.base_dir, pattern)
+    """`(match, real path)` of the regular files matching `pattern` (relative: to the source directory,
+    `SourceTrust.source_directory`, never simply the working directory), each in an allowed directory;
+    the part before the first wildcard must be in one before anything is listed."""
+    if not os.path.isabs(pattern):
+        pattern = os.path.join(options.trust.source_directory(options.base_dir), pattern)
     _refuse_dot_dot(PurePath(pattern), where)
     parts = PurePath(os.path.abspath(pattern)).parts
     fixed = next((i for i, part in enumerate(parts) if glob.has_magic(part)), len(parts))

@@ -46,7 +46,9 @@ class FetchOptions:
     files_per_batch: int = 1
     env: Mapping[str, str] | None = None
     timeout: float = 30.0
-    base_dir: Path | None = None  # relative FilesGlob paths are resolved here (default: the working dir)
+    # relative FilesGlob paths are resolved here (default: the first allowed local source directory, else
+    # the working directory: `SourceTrust.source_directory`)
+    base_dir: Path | None = None
     engine_s3: EngineS3 | None = None
     trust: SourceTrust = field(default_factory=SourceTrust.resolve)
     log: Callable[[str], None] = field(default=_logger.info)
