@@ -12,6 +12,7 @@ from __future__ import annotations
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from airflow_odf.odf.engine_client.contract import ENGINE_STOPPED
+from airflow_odf.odf.checks.results import ChecksFailed
 from airflow_odf.odf.engine_client.runner import EngineRunError
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.ingest.fetch.types import FetchError
@@ -31,10 +32,21 @@ class OdfSchemaViolationException(AirflowFailException):
         self.changes = changes
 
 
+class OdfChecksFailedException(AirflowFailException):
+    """Quality checks failed on the new slice (docs/checks.md): nothing was committed, no retry (the same
+    data would fail again). `failure` holds every check's result and where the slice was kept."""
+
+    def __init__(self, failure: ChecksFailed) -> None:
+        super().__init__(str(failure))
+        self.failure = failure
+
+
 def airflow_error(dataset: str, error: OdfError) -> AirflowException:
     """The Airflow exception to raise for an ODF error of `dataset`."""
     if isinstance(error, SchemaEvolutionError):
         return OdfSchemaViolationException(dataset, str(error), error.changes)
+    if isinstance(error, ChecksFailed):
+        return OdfChecksFailedException(error)
     if isinstance(error, FetchError) and error.retryable:
         return AirflowException(str(error))
     if isinstance(error, ConflictError | EngineRunError | HttpStoreError | S3StoreError):

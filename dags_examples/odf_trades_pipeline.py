@@ -45,7 +45,17 @@ def trades_pipeline_tasks() -> None:
         create_repository=True,
     )
     ingest = OdfIngestOperator(
-        task_id="ingest_trades", dataset="com.example.trades", source_dir=str(EXAMPLES)
+        task_id="ingest_trades",
+        dataset="com.example.trades",
+        source_dir=str(EXAMPLES),
+        # write-audit-publish: each new slice is checked before it becomes the head (docs/checks.md)
+        checks={
+            "columns": {
+                "trade_id": {"null_check": {"equal_to": 0}, "unique_check": {"equal_to": 0}},
+                "price": {"min": {"greater_than": 0}},
+            },
+            "tables": {"positive_quantity": {"check_statement": "quantity > 0"}},
+        },
     )
     daily = OdfTransformOperator(task_id="transform_daily", dataset="com.example.trades.daily")
     verify = OdfVerifyOperator(task_id="verify_daily", dataset="com.example.trades.daily")

@@ -129,7 +129,9 @@ def _plain(value: Any) -> Any:
         return value if math.isfinite(value) else str(value)
     if isinstance(value, decimal.Decimal):
         return float(value) if value.is_finite() else str(value)
-    if isinstance(value, dt.datetime | dt.date):
+    if isinstance(value, dt.datetime):  # Spark hands timestamps over naive, in this process's zone
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.date):
         return value.isoformat()
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}

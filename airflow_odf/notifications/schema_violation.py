@@ -10,6 +10,9 @@ one line per column change) and delivers it through:
   `{{ odf_alert }}`;
 - or a plain callable `(message, context) -> None` (a webhook post, a file, a ticket system).
 
+It alerts the same way when quality checks failed (`OdfChecksFailedException`, docs/checks.md): the
+text names each failed check with a sample of its failing rows, and `odf_checks` holds the results.
+
 Other failures are ignored unless `forward_other_failures=True`, which sends a short generic alert.
 
 Airflow runs failure callbacks inside the task log's collapsed "Post Execute" group, so the alert's
@@ -27,11 +30,12 @@ from typing import Any
 
 from airflow.sdk import BaseNotifier
 
-from airflow_odf.exceptions import OdfSchemaViolationException
+from airflow_odf.exceptions import OdfChecksFailedException, OdfSchemaViolationException
 
 AlertCallable = Callable[[str, Any], Any]
 ALERT_KEY = "odf_alert"
 VIOLATION_KEY = "odf_schema_violation"
+CHECKS_KEY = "odf_checks"
 
 
 def _where(context: Mapping[str, Any]) -> str:
@@ -88,13 +92,26 @@ def _alert_lines(error: OdfSchemaViolationException, where: str | None) -> list[
     return lines
 
 
+def checks_alert(error: OdfChecksFailedException, context: Mapping[str, Any]) -> str:
+    """The alert text of failed checks: where it ran, one line per failed check, their failing rows."""
+    failure = error.failure
+    lines = [
+        f"ODF quality checks failed in dataset {failure.dataset}",
+        _where(context),
+        *failure.lines(),
+        "The task will not retry; the dataset's head is unchanged.",
+        *failure.sample_lines(),
+    ]
+    return "\n".join(lines)
+
+
 def failure_alert(error: BaseException | str | None, context: Mapping[str, Any]) -> str:
     """The short alert sent for other failures when they are forwarded."""
     return f"Task failed: {_where(context)}\nError: {error if error is not None else 'unknown'}"
 
 
 class OdfSchemaViolationNotifier(BaseNotifier):
-    """Sends an alert when a task fails on a schema-evolution violation.
+    """Sends an alert when a task fails on a schema-evolution violation or on failed quality checks.
 
     :param target: an Airflow notifier (called with `odf_alert` / `odf_schema_violation` added to the
         context, for its templated fields) or a callable `(message, context) -> None`.
@@ -110,16 +127,25 @@ class OdfSchemaViolationNotifier(BaseNotifier):
         self.forward_other_failures = forward_other_failures
 
     def alert(self, context: Mapping[str, Any]) -> tuple[str, dict[str, Any] | None] | None:
-        """(message, violation data) for the failure in `context`, or None when there is nothing to send."""
+        """(message, data) for the failure in `context`, or None when there is nothing to send; the data
+        of a violation, or of failed checks (with a `checks` key)."""
         error = context.get("exception")
         if isinstance(error, OdfSchemaViolationException):
             return schema_violation_alert(error, context), violation_data(error)
+        if isinstance(error, OdfChecksFailedException):
+            return checks_alert(error, context), error.failure.as_dict()
         if self.forward_other_failures:
             return failure_alert(error, context), None
         return None
 
     def _target_context(self, context: Mapping[str, Any], message: str, data: Any) -> dict[str, Any]:
-        return {**context, ALERT_KEY: message, VIOLATION_KEY: data}
+        checks = isinstance(data, dict) and "checks" in data
+        return {
+            **context,
+            ALERT_KEY: message,
+            VIOLATION_KEY: None if checks else data,
+            CHECKS_KEY: data if checks else None,
+        }
 
     def notify(self, context: Any) -> None:
         found = self.alert(context)

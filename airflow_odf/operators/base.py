@@ -21,7 +21,7 @@ from airflow.sdk.configuration import conf
 from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_odf.assets import declared_assets, odf_asset
-from airflow_odf.exceptions import OdfSchemaViolationException, airflow_error
+from airflow_odf.exceptions import OdfChecksFailedException, OdfSchemaViolationException, airflow_error
 from airflow_odf.hooks.repo import OdfRepoHook
 from airflow_odf.links import OdfDatasetLink
 from airflow_odf.notifications.schema_violation import violation_summary
@@ -169,6 +169,8 @@ class OdfBaseOperator(BaseOperator):
             error = airflow_error(self.dataset, e)
             if isinstance(error, OdfSchemaViolationException):  # in the main log section, not Post Execute
                 self.log.error("%s", violation_summary(error))
+            if isinstance(error, OdfChecksFailedException):  # every failed check and its failing rows
+                self.log.error("%s", "\n".join([*error.failure.lines(), *error.failure.sample_lines()]))
             raise error from None
 
     def pre_execute(self, context: Any) -> None:

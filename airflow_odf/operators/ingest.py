@@ -22,6 +22,7 @@ from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.operation import IngestResult, committed_with_extra
 from airflow_odf.odf.schema.policy import SCHEMA_POLICIES
 from airflow_odf.operators.base import RUN_EXTRA_KEY, OdfBaseOperator, default_schema_policy
+from airflow_odf.operators.checks import check_suite, declared_checks
 from airflow_odf.source_trust import SourceTrustArguments
 
 
@@ -34,6 +35,8 @@ class _IngestOperator(OdfBaseOperator):
         schema_policy: str | None = None,
         max_records_per_slice: int | None = None,
         quarantine_bad_records: bool = False,
+        checks: Any = None,
+        quarantine: bool = False,
         **kwargs: Any,
     ) -> None:
         schema_policy = schema_policy or default_schema_policy()
@@ -43,6 +46,8 @@ class _IngestOperator(OdfBaseOperator):
         self.schema_policy = schema_policy
         self.max_records_per_slice = max_records_per_slice
         self.quarantine_bad_records = quarantine_bad_records
+        self.checks = declared_checks(checks)
+        self.quarantine = quarantine
 
     def options(self, context: Context, work_dir: Path, **kwargs: Any) -> IngestOptions:
         return IngestOptions(
@@ -51,6 +56,8 @@ class _IngestOperator(OdfBaseOperator):
             bad_records="quarantine" if self.quarantine_bad_records else "fail",
             schema_policy=self.schema_policy,
             extra={RUN_EXTRA_KEY: self.run_marker(context)},
+            checks=check_suite(self.checks),
+            quarantine=self.quarantine,
             log=self.log.info,
             **kwargs,
         )
@@ -81,6 +88,10 @@ class _IngestOperator(OdfBaseOperator):
 
 class OdfIngestOperator(SourceTrustArguments, _IngestOperator):
     """Ingests from the dataset's polling source (SetPollingSource) until it has nothing new.
+
+    Both ingest operators take `checks` (a mapping in the checks file's form, or the path of a checks
+    file) judged on each new slice before it is committed, and `quarantine` to keep a slice that failed
+    them (docs/checks.md); a failure fails the task without retry and commits nothing.
 
     :param dataset: the root dataset's name in the repository of `odf_conn_id`.
     :param fetch_uncacheable: re-fetch sources that give no caching headers.

@@ -19,6 +19,7 @@ from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.schema.policy import SCHEMA_POLICIES
 from airflow_odf.odf.transform.execute import TransformOptions, run_transform
 from airflow_odf.operators.base import OdfBaseOperator, default_schema_policy
+from airflow_odf.operators.checks import check_suite, declared_checks
 
 if TYPE_CHECKING:
     from airflow_odf.lineage import LineageDataset
@@ -34,6 +35,9 @@ class OdfTransformOperator(OdfBaseOperator):
     :param max_input_records: split a backlog into ExecuteTransform blocks of at most this many records.
     :param recover_diverged: re-process everything when an input was reset or compacted.
     :param schema_policy: `strict` or `additive` (see docs/ingest.md).
+    :param checks: quality checks judged on each batch's output before it is committed (a mapping in
+        the checks file's form, or the path of a checks file; docs/checks.md).
+    :param quarantine: keep an output that failed its checks in the scratch space.
     """
 
     template_fields = ("dataset", "input_heads")
@@ -45,6 +49,8 @@ class OdfTransformOperator(OdfBaseOperator):
         max_input_records: int | None = None,
         recover_diverged: bool = False,
         schema_policy: str | None = None,
+        checks: Any = None,
+        quarantine: bool = False,
         **kwargs: Any,
     ) -> None:
         schema_policy = schema_policy or default_schema_policy()
@@ -57,6 +63,8 @@ class OdfTransformOperator(OdfBaseOperator):
         self.max_input_records = max_input_records
         self.recover_diverged = recover_diverged
         self.schema_policy = schema_policy
+        self.checks = declared_checks(checks)
+        self.quarantine = quarantine
 
     def upstream_heads(self, context: Context, repo: Repository) -> dict[str, str]:
         """DID -> head, from the results upstream ODF tasks returned for this derivative's inputs."""
@@ -98,6 +106,8 @@ class OdfTransformOperator(OdfBaseOperator):
             max_input_records=self.max_input_records,
             recover_diverged=self.recover_diverged,
             schema_policy=self.schema_policy,
+            checks=check_suite(self.checks),
+            quarantine=self.quarantine,
             log=self.log.info,
         )
         result = self.call(lambda: run_transform(repo, self.dataset, self.runner(), options))

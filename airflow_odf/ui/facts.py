@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.rules import ChainState
+from airflow_odf.odf.checks.record import read_checks_record, summary_of
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import dump_manifest
@@ -120,6 +121,7 @@ class BlockEntry:
     event: str  # the event's type, e.g. AddData
     summary: str
     prev: str | None
+    checks: str | None = None  # `7/7 passed` for a commit whose quality checks ran (`info/checks`)
 
 
 def _offsets(new_data: model.DataSlice | None) -> str:
@@ -157,7 +159,10 @@ def event_summary(event: Any) -> str:
     return ""
 
 
-def _entry(block_hash: Multihash, block: model.MetadataBlock) -> BlockEntry:
+def _entry(
+    block_hash: Multihash, block: model.MetadataBlock, checks: dict[str, list[dict[str, Any]]] | None = None
+) -> BlockEntry:
+    entry = (checks or {}).get(str(block_hash))
     return BlockEntry(
         hash=str(block_hash),
         sequence_number=block.sequence_number,
@@ -165,6 +170,7 @@ def _entry(block_hash: Multihash, block: model.MetadataBlock) -> BlockEntry:
         event=type(block.event).__name__,
         summary=event_summary(block.event),
         prev=None if block.prev_block_hash is None else str(block.prev_block_hash),
+        checks=None if entry is None else summary_of(entry),
     )
 
 
@@ -175,12 +181,13 @@ class ChainPage:
 
 
 def chain_page(dataset: Dataset, start: Multihash, limit: int = BLOCKS_PER_PAGE) -> ChainPage:
-    """`limit` blocks from `start` back towards the Seed."""
+    """`limit` blocks from `start` back towards the Seed, each commit with the checks it passed."""
+    checks = read_checks_record(dataset)
     blocks: list[BlockEntry] = []
     for block_hash, block in dataset.iter_blocks(start):
         if len(blocks) == limit:
             return ChainPage(blocks, str(block_hash))
-        blocks.append(_entry(block_hash, block))
+        blocks.append(_entry(block_hash, block, checks))
     return ChainPage(blocks, None)
 
 

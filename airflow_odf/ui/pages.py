@@ -230,11 +230,13 @@ def _chain_rows(paths: Paths, conn_id: str, name: str, page: ChainPage, mark: st
                 _text(b.event),
                 _text(b.system_time),
                 _text(b.summary),
+                _text(b.checks or "—"),
                 prev,
             ]
         )
         classes.append("current" if b.hash == mark else "")
-    table = _table(["#", "Block", "Event", "System time", "What", "Previous block"], rows, classes)
+    header = ["#", "Block", "Event", "System time", "What", "Checks", "Previous block"]
+    table = _table(header, rows, classes)
     if page.older:
         table += f"<p>{_link(paths.dataset(conn_id, name, page.older), 'Older blocks →')}</p>"
     return table

@@ -77,6 +77,13 @@ def check_trades_pipeline(run: Any, root: Path) -> None:
     ingested = xcom(run, "ingest_trades")
     assert ingested["dataset_id"] == str(trades.state().dataset_id)
     assert ingested["new_head"] == str(trades.head()) and ingested["records"] > 0
+    # every slice passed the ingest's quality checks before it was committed (docs/checks.md)
+    assert [(c["name"], c["success"]) for c in ingested["checks"]] == [
+        ("trade_id.null_check", True),
+        ("trade_id.unique_check", True),
+        ("price.min", True),
+        ("positive_quantity", True),
+    ]
     transformed = xcom(run, "transform_daily")
     assert transformed["new_head"] == str(daily.head()) and transformed["records"] > 0
     execute = daily.block(daily.head()).event

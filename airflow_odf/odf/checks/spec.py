@@ -221,19 +221,24 @@ def suite_from_plain(plain: Any, source: str = "checks") -> CheckSuite:
     tables = plain.get("tables") or {}
     if not isinstance(columns, Mapping) or not isinstance(tables, Mapping):
         raise ChecksSpecError(f"{source}: columns and tables are mappings (column -> checks, name -> check)")
-    for column, mapping in columns.items():
-        column = _name(column, f"{source}: columns")
-        if not isinstance(mapping, Mapping) or not mapping:
-            raise ChecksSpecError(
-                f"{source}: column {quoted(column)}: expected a mapping of checks (e.g. null_check)"
-            )
-        for check, conditions in mapping.items():
-            checks.append(
-                column_check(column, _name(check, f"{source}: column {quoted(column)}"), conditions)
-            )
-    for name, check in tables.items():
-        checks.append(table_check(_name(name, f"{source}: tables"), check))
+    try:
+        checks += _checks_of(columns, tables)
+    except ChecksSpecError as e:
+        raise ChecksSpecError(f"{source}: {e}") from None
     return _suite(checks, source)
+
+
+def _checks_of(columns: Mapping[Any, Any], tables: Mapping[Any, Any]) -> list[Check]:
+    checks: list[Check] = []
+    for column, mapping in columns.items():
+        column = _name(column, "columns")
+        if not isinstance(mapping, Mapping) or not mapping:
+            raise ChecksSpecError(f"column {quoted(column)}: expected a mapping of checks (e.g. null_check)")
+        for check, conditions in mapping.items():
+            checks.append(column_check(column, _name(check, f"column {quoted(column)}"), conditions))
+    for name, check in tables.items():
+        checks.append(table_check(_name(name, "tables"), check))
+    return checks
 
 
 def read_checks_file(path: str | Path) -> CheckSuite:
