@@ -34,16 +34,24 @@ _COMPARE = {
 }
 
 
-def evaluate_checks(
-    spark: SparkSession, checks: dict[str, Any], candidate_paths: list[str]
-) -> list[dict[str, Any]]:
-    """`check_results` of the response: `{name, observed, success, failing_rows}` per check."""
+def refuse_hostile_checks(checks: dict[str, Any] | None) -> None:
+    """Refuses (`sql-policy`) a request whose checks hold a statement the SQL policy refuses: called
+    before the job reads or writes anything, whatever the coordinator checked."""
+    if not checks:
+        return
     relations = [CANDIDATE, DATASET] if checks.get("dataset") else [CANDIDATE]
     for statement in _statements(checks):
         try:
             check_query(statement, relations)
         except SqlRefused as e:
             raise EngineInputError("sql-policy", f"checks: {e}") from None
+
+
+def evaluate_checks(
+    spark: SparkSession, checks: dict[str, Any], candidate_paths: list[str]
+) -> list[dict[str, Any]]:
+    """`check_results` of the response: `{name, observed, success, failing_rows}` per check."""
+    refuse_hostile_checks(checks)  # again, as the statements run now
     candidate = spark.read.parquet(*candidate_paths)
     views = {CANDIDATE: candidate}
     if checks.get("dataset"):

@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_odf.engine.checks import evaluate_checks, failed
+from airflow_odf.engine.checks import evaluate_checks, failed, refuse_hostile_checks
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.merge import (
     ROW_COLUMN,
@@ -193,6 +193,7 @@ def ingest_output(
 
 
 def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
+    refuse_hostile_checks(request.get("checks"))  # before anything is read or written
     vocab = Vocab.from_json(request.get("vocab", {}))
     strategy = request["merge"]
     # before the inputs are read: asking for withheld slices (NEEDS_PREVIOUS_DATA) leaves nothing behind

@@ -42,7 +42,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from airflow_odf.engine.checks import evaluate_checks
+from airflow_odf.engine.checks import evaluate_checks, refuse_hostile_checks
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.partition_order import (
     PartitionKey,
@@ -262,6 +262,7 @@ def _check_output(df: DataFrame, vocab: Vocab) -> DataFrame:
 def transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Runs one transform request, then its checks on the written slice (`checks`); raises
     EngineInputError on bad queries or output."""
+    refuse_hostile_checks(request.get("checks"))  # before anything is read or written
     response = _transform(spark, request)
     if request.get("checks") and response["slices"]:
         paths = [s["path"] for s in response["slices"]]

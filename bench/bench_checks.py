@@ -1,0 +1,132 @@
+"""Quality checks before the commit (issue 36, item 1): their cost on a large slice, with the baseline in
+the same run.
+
+One CSV of N rows (default 5,000,000: event_time, id, symbol, price, qty) is push-ingested into a fresh
+Append root on the in-process local engine, (A) without checks and (B) with 5 column checks (`id`
+null_check and unique_check, `price` min and max, `symbol` distinct_check) and 2 table checks (a
+row-level `qty > 0`, an aggregate `COUNT(*) > 0`), all passing; the pairs are interleaved (A, B, A, B,
+...) on one SparkSession after a warm-up ingest of a small file, so that a load that drifts (a shared
+machine) weighs on both alike. Each ingest is timed end to end (`push_ingest`: read, sort, write, hash,
+commit; for B also the checks: one aggregation pass over the written slice).
+
+Reported: each pair's times and ratio B/A, the medians and the median of the pairs' ratios (target
+<= 1.3). Checked: both commit N records; B's seven checks passed.
+
+Usage: .venv/bin/python bench/bench_checks.py [--rows N] [--pairs K] [--dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import random
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pyspark
+from machine_info import java_version
+
+from airflow_odf.engine.local_runner import LocalSparkRunner
+from airflow_odf.odf.checks.spec import CheckSuite, resolve_suite
+from airflow_odf.odf.format import model
+from airflow_odf.odf.ingest.options import IngestOptions
+from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.repo.repository import Repository
+
+CHECKS = {
+    "columns": {
+        "id": {"null_check": {"equal_to": 0}, "unique_check": {"equal_to": 0}},
+        "price": {"min": {"geq_to": 0}, "max": {"leq_to": 1_000_000}},
+        "symbol": {"distinct_check": {"geq_to": 1}},
+    },
+    "tables": {
+        "positive_qty": {"check_statement": "qty > 0"},
+        "not_empty": {"check_statement": "COUNT(*) > 0"},
+    },
+}
+SYMBOLS = [f"S{i:03d}" for i in range(500)]
+
+
+def write_csv(path: Path, rows: int) -> None:
+    """`rows` trades with unique ids, positive prices and quantities (deterministic)."""
+    rng = random.Random(36)
+    with path.open("w", encoding="utf-8") as f:
+        f.write("event_time,id,symbol,price,qty\n")
+        for start in range(0, rows, 100_000):
+            lines = []
+            for i in range(start, min(rows, start + 100_000)):
+                second = i % 86_400
+                lines.append(
+                    f"2024-01-02T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}Z,{i},"
+                    f"{rng.choice(SYMBOLS)},{rng.randint(1, 99_999) / 100},{rng.randint(1, 500)}\n"
+                )
+            f.write("".join(lines))
+
+
+def ingest(work: Path, name: str, data: Path, runner: LocalSparkRunner, checks: CheckSuite | None) -> float:
+    """Seconds of one push ingest of `data` into a new root in its own repository."""
+    repo = Repository.init(work / name)
+    read = model.ReadStepCsv(
+        header=True,
+        ddl_schema=["event_time TIMESTAMP", "id BIGINT", "symbol STRING", "price DOUBLE", "qty BIGINT"],
+    )
+    source = model.AddPushSource(source_name="default", read=read, merge=model.MergeStrategyAppend())
+    repo.add(model.DatasetSnapshot(name="trades", kind=model.DatasetKind.ROOT, metadata=[source]))
+    options = IngestOptions(work_dir=repo.work_dir, checks=checks, log=lambda line: None)
+    started = time.perf_counter()
+    result = push_ingest(repo.dataset("trades"), "trades", runner, [data], options)
+    elapsed = time.perf_counter() - started
+    rows = sum(1 for _ in data.open(encoding="utf-8")) - 1 if data.stat().st_size < 10_000_000 else None
+    assert rows is None or result.records == rows
+    if checks:
+        assert result.checks is not None and len(result.checks) == 7
+        assert all(c["success"] for c in result.checks), result.checks
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.dir or Path(tempfile.mkdtemp(prefix="odf-bench-checks-"))
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / f"trades-{args.rows}.csv"
+    if not data.exists():
+        started = time.perf_counter()
+        write_csv(data, args.rows)
+        print(f"wrote {data} ({data.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.0f} s")
+    small = work / "warm-up.csv"
+    write_csv(small, 1000)
+    runner = LocalSparkRunner("local[*]")
+    suite = resolve_suite(CHECKS)
+    ingest(work, "warm-up", small, runner, suite)
+    pairs = []
+    for k in range(args.pairs):
+        a = ingest(work, f"a{k}", data, runner, None)
+        b = ingest(work, f"b{k}", data, runner, suite)
+        pairs.append((a, b))
+        print(
+            f"pair {k + 1}: without checks {a:.1f} s, with 7 checks {b:.1f} s, ratio {b / a:.2f}", flush=True
+        )
+    med_a = statistics.median(a for a, _ in pairs)
+    med_b = statistics.median(b for _, b in pairs)
+    ratio = statistics.median(b / a for a, b in pairs)
+    print(
+        f"\n{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, nproc {os.cpu_count()}, "
+        f"load {os.getloadavg()[0]:.1f}, pyspark {pyspark.__version__}, java {java_version()}"
+    )
+    print(f"{args.rows} rows ({data.stat().st_size / 1e6:.0f} MB CSV), {args.pairs} interleaved pairs")
+    print(f"median without checks {med_a:.1f} s, with checks {med_b:.1f} s")
+    print(
+        f"ratio of the medians {med_b / med_a:.2f}, median of the pairs' ratios {ratio:.2f} (target <= 1.3)"
+    )
+
+
+if __name__ == "__main__":
+    main()
