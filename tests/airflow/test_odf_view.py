@@ -282,6 +282,22 @@ def test_the_last_verification_is_shown_from_its_record(client: TestClient, pipe
     assert shown in client.get(f"/connections/{CONN}").text
 
 
+def test_the_chain_shows_the_checks_each_commit_passed(client: TestClient, pipeline: Repository) -> None:
+    from airflow_odf.odf.checks.record import record_checks
+    from airflow_odf.odf.checks.results import CheckResult
+
+    trades = pipeline.dataset("com.example.trades")
+    head = str(trades.existing_head())
+    results = [CheckResult(f"c{i}", "table", None, "sql", True, 1, "true") for i in range(4)]
+    record_checks(trades, head, results)
+    page = client.get(f"/connections/{CONN}/datasets/com.example.trades").text
+    assert "<th>Checks</th>" in page
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S)
+    # only the row of the commit that ran them
+    assert [f"/blocks/{head}" in r for r in rows if "4/4 passed" in r] == [True]
+    assert "<td>—</td>" in next(r for r in rows if "Seed" in r)
+
+
 def test_a_block_page_shows_its_event_and_links_the_previous_block(
     client: TestClient, pipeline: Repository
 ) -> None:
