@@ -5,7 +5,9 @@ Each run is a `dag.test()` in its own child process with its own Airflow home an
 workers of a deployment would be), on the local engine. The overlap is made certain: the first answer
 of each run's ingest engine waits until the other run's ingest has its own, and likewise for the
 transform — so both plan from the same head and commit onto it. One moves the head; the other loses
-the compare-and-swap and, inside the same task try, plans again from the winner's head.
+the compare-and-swap and, inside the same task try, plans again from the winner's head. Each run has a
+scratch space of its own (as workers sharing no disk): runs sharing one wait for each other's engine
+work instead (`chain.claims`, tests/integration/test_overlapping_writers.py).
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ def test_two_overlapping_runs_of_the_trades_pipeline_both_succeed(tmp_path: Path
             "AIRFLOW_CONN_ODF_DEFAULT": json.dumps({"conn_type": "odf_repo", "host": root.as_uri()}),
             "ODF_TEST_MEETING": str(meeting),
             "ODF_TEST_RUNS": str(RUNS),
+            "ODF_WORK_DIR": str(tmp_path / f"scratch-{i}"),  # no shared claims: the race is certain
         }
         children.append(
             subprocess.Popen(

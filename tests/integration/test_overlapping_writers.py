@@ -5,7 +5,9 @@ The race is made certain, not left to timing: each writer's first engine request
 waits until every writer has had its own answered — so all of them planned from the same head and
 then commit onto it. One moves the head; the others lose the compare-and-swap, plan again from the
 winner's head (`chain.reconcile`) and go on from there. Writers are threads on the shared SparkSession,
-or `odf pull` processes (each with its own JVM).
+or `odf pull` processes (each with its own JVM). Each writer has a scratch space of its own, as writers
+on machines that share none: the claims that make writers sharing one wait for each other instead
+(`chain.claims`, tested at the end) cannot coordinate them, and the compare-and-swap alone decides.
 """
 
 from __future__ import annotations
@@ -139,6 +141,11 @@ def _blocks_since(dataset: Dataset, head: Any) -> list[str]:
     return [str(h) for h, _ in reversed(list(dataset.iter_blocks(stop=head)))]
 
 
+def _scratch(tmp_path: Path, writer: int) -> Path:
+    """Writer `writer`'s own scratch space (see the module's docstring)."""
+    return tmp_path / f"scratch-{writer}"
+
+
 def _all_committed_once(dataset: Dataset, before: Any, results: list[IngestResult]) -> None:
     """The writers' own blocks are disjoint and together are every block committed since `before`."""
     own = [h for r in results for h in r.new_blocks]
@@ -159,7 +166,7 @@ def test_polling_ingests_in_threads_ingest_every_file_once(engine: LocalSparkRun
     meeting = MeetingRunner(engine, WRITERS)
 
     def pull(i: int) -> IngestResult:
-        options = IngestOptions(work_dir=repo.work_dir, source_dir=tmp_path)
+        options = IngestOptions(work_dir=_scratch(tmp_path, i), source_dir=tmp_path)
         return pull_polling(Dataset(dataset.store), "polled", meeting, options)  # type: ignore[arg-type]
 
     results = _in_threads(WRITERS, pull)
@@ -193,7 +200,7 @@ def test_push_ingests_in_threads_are_each_their_own_data(engine: LocalSparkRunne
     meeting = MeetingRunner(engine, WRITERS)
 
     def push(i: int) -> IngestResult:
-        options = IngestOptions(work_dir=repo.work_dir, extra={"test/run": f"run-{i}"})
+        options = IngestOptions(work_dir=_scratch(tmp_path, i), extra={"test/run": f"run-{i}"})
         return push_ingest(
             Dataset(dataset.store), "pushed", meeting, [tmp_path / "in" / "part-0.ndjson"], options
         )  # type: ignore[arg-type]
@@ -218,7 +225,7 @@ def test_two_tries_of_one_push_commit_it_once(engine: LocalSparkRunner, tmp_path
     meeting = MeetingRunner(engine, 2)
 
     def push(i: int) -> IngestResult:
-        options = IngestOptions(work_dir=repo.work_dir, extra={"test/run": "the-same-run"})
+        options = IngestOptions(work_dir=_scratch(tmp_path, i), extra={"test/run": "the-same-run"})
         return push_ingest(
             Dataset(dataset.store), "pushed", meeting, [tmp_path / "in" / "part-0.ndjson"], options
         )  # type: ignore[arg-type]
@@ -284,7 +291,7 @@ def test_transforms_in_threads_process_each_input_block_once(
     pins = {"pushed": str(root.head())}
 
     def transform_once(i: int) -> IngestResult:
-        options = TransformOptions(work_dir=repo.work_dir, pinned_heads=pins)
+        options = TransformOptions(work_dir=_scratch(tmp_path, i), pinned_heads=pins)
         return run_transform(Repository.open(repo.root), "doubled", meeting, options)  # type: ignore[arg-type]
 
     results = _in_threads(WRITERS, transform_once)
@@ -363,9 +370,14 @@ def test_odf_pull_in_three_processes_ingests_every_file_once(tmp_path: Path) -> 
     ]
     children = [
         subprocess.Popen(
-            command, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            command,
+            env={**env, "ODF_WORK_DIR": str(_scratch(tmp_path, i))},
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
-        for _ in range(WRITERS)
+        for i in range(WRITERS)
     ]
     outputs = [child.communicate(timeout=600) for child in children]
 
@@ -410,3 +422,74 @@ def test_a_race_lost_at_the_head_move_leaves_only_what_gc_removes(
     garbage = collect_garbage(dataset, 0)
     assert sorted(k.split("/")[0] for k in garbage if not k.startswith("data/")) == ["blocks", "blocks"]
     assert verify_integrity(dataset) == [] and _ids(dataset) == [1, 2, 3]
+
+
+# --------------------------------------------------------------------------------------------------
+# writers sharing a scratch space: claims (issue 36)
+# --------------------------------------------------------------------------------------------------
+
+
+class CountingRunner:
+    """The shared engine, counting the requests it answers by kind (ingest: `read`; transform: `queries`)."""
+
+    def __init__(self, runner: LocalSparkRunner) -> None:
+        self.runner = runner
+        self.requests: list[str] = []
+        self._lock = threading.Lock()
+
+    def run(self, request_json: str, work_dir: Path) -> str:
+        request = json.loads(request_json)
+        with self._lock:
+            self.requests.append("ingest" if "read" in request else "transform")
+        return self.runner.run(request_json, work_dir)
+
+
+def test_writers_sharing_a_scratch_space_do_each_piece_of_engine_work_once(
+    engine: LocalSparkRunner, tmp_path: Path
+) -> None:
+    """Three polling ingests, then three transforms, at once over one repository and its scratch space:
+    one writer at a time does the engine work from a head, the others wait for its commit and plan
+    again from it — so the engine answers one request per file and one transform, not one per writer
+    (before, each writer ran all of it and two thirds of it was thrown away)."""
+    repo = Repository.init(tmp_path / "repo")
+    _files(tmp_path / "in", [[1, 2], [3], [4, 5, 6]])
+    dataset = _polled_root(repo, tmp_path / "in")
+    counting = CountingRunner(engine)
+
+    def pull(i: int) -> IngestResult:
+        options = IngestOptions(work_dir=repo.work_dir, source_dir=tmp_path)
+        return pull_polling(Dataset(dataset.store), "polled", counting, options)  # type: ignore[arg-type]
+
+    pulls = _in_threads(WRITERS, pull)
+
+    assert _ids(dataset) == [1, 2, 3, 4, 5, 6] and _offsets(dataset) == list(range(6))
+    assert counting.requests == ["ingest"] * 3  # one per file
+    assert sum(r.records for r in pulls) == 6 and all(r.new_head == str(dataset.head()) for r in pulls)
+
+    transform = model.SetTransform(
+        inputs=[model.TransformInput(dataset_ref="polled", alias="polled")],
+        transform=model.TransformSql(
+            engine="spark", query="SELECT event_time, id, amount * 2 AS doubled FROM polled"
+        ),
+    )
+    repo.add(
+        model.DatasetSnapshot(name="doubled", kind=model.DatasetKind.DERIVATIVE, metadata=[transform, VOCAB])
+    )
+    derived = repo.dataset("doubled")
+    pins = {"polled": str(dataset.head())}
+
+    def transform_once(i: int) -> IngestResult:
+        options = TransformOptions(work_dir=repo.work_dir, pinned_heads=pins)
+        return run_transform(Repository.open(repo.root), "doubled", counting, options)  # type: ignore[arg-type]
+
+    transforms = _in_threads(WRITERS, transform_once)
+
+    assert counting.requests == ["ingest"] * 3 + ["transform"]
+    assert _ids(derived) == [1, 2, 3, 4, 5, 6]
+    [winner] = [r for r in transforms if r.new_blocks]
+    for r in transforms:
+        assert r.new_head == str(derived.head())
+        if r is not winner:  # waited for the winner's commit, then found its pinned input processed
+            assert r.up_to_date and r.as_dict()["reconciled"]["heads_found"] == [str(derived.head())]
+    assert verify_integrity(dataset) == [] and verify_integrity(derived) == []
+    assert list((repo.work_dir / "claims").iterdir()) == []  # every claim released

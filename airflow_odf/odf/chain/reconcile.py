@@ -6,6 +6,10 @@ a pipeline are ordinary, so an operation does not fail on that: it reads the hea
 made, plans again from it — which often finds that the other writer already did the work ("up to
 date") — and tries again, a bounded number of times, after a random pause that keeps the losers from
 colliding again in step. `Reconciliation` records what happened, for the task's report.
+
+A writer that finds the head moved before its engine work (`claims.HeadMoved`: it re-read the head, or
+waited for another writer's commit) plans again at once: that costs no engine work, is not limited to
+`MAX_ATTEMPTS` (each one means another writer made progress) and needs no pause.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from airflow_odf.odf.chain.claims import HeadMoved
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.format.multiformats import Multihash
@@ -55,12 +60,17 @@ def reconciling(
     max_attempts: int = MAX_ATTEMPTS,
 ) -> T:
     """`attempt()`, called again each time it loses the compare-and-swap (at most `max_attempts`
-    calls); `head()` reads the head the other writer made (and lets the next attempt plan from it).
-    After the last lost race the ConflictError says how many there were."""
+    calls) or finds the head moved before its engine work (`HeadMoved`); `head()` reads the head the
+    other writer made (and lets the next attempt plan from it). After the last lost race the
+    ConflictError says how many there were."""
     number = 1
     while True:
         try:
             return attempt()
+        except HeadMoved as e:  # found before the engine work: nothing was lost, nothing to space out
+            found = head()
+            record.heads_found.append(None if found is None else str(found))
+            log(f"{e}; planning again from it")
         except ConflictError as e:
             found = head()
             record.heads_found.append(None if found is None else str(found))

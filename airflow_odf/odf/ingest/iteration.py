@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from airflow_odf.odf.chain.claims import EngineClaim
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.chain.rules import ChainState
 from airflow_odf.odf.checks.gate import after_commit, gate
@@ -56,12 +57,19 @@ _STATEFUL_MERGES = ("Ledger", "Snapshot", "UpsertStream")
 
 @dataclass(frozen=True)
 class Run:
-    """What stays the same across the iterations of one pull."""
+    """What stays the same across the iterations of one pull (or the attempts of one push); `claim` is
+    taken at the first engine work and held until the operation ends (`chain.claims`)."""
 
     dataset: Dataset
     runner: EngineRunner
     options: IngestOptions
     result: IngestResult
+    claim: EngineClaim
+
+
+def engine_claim(dataset: Dataset, alias: str, options: IngestOptions) -> EngineClaim:
+    """The claim of an ingest of `dataset`, in the scratch space of `options`."""
+    return EngineClaim(options.work_dir, dataset, alias, options.log)
 
 
 def new_result(alias: str, state: ChainState) -> IngestResult:
@@ -163,6 +171,8 @@ def run_and_commit(
     alias = result.dataset
     if state.system_time is not None and system_time < state.system_time:
         system_time = state.system_time  # the chain's time may not go back; rows and block share it
+    if inputs:  # engine work ahead: one operation at a time, and not from a head that moved meanwhile
+        run.claim.before_engine_work(state)
     merge_plain = union_to_plain(model.MergeStrategy, source.merge)
     stateful = merge_plain["kind"] in _STATEFUL_MERGES
     merge_checkpoint, merge_slices, withheld = (

@@ -3,7 +3,10 @@ until the source has no more.
 
 An iteration that loses the race for the head to another writer (an overlapping run) fetches again
 from the source state the winner recorded: what the winner ingested is not ingested twice, and when it
-took everything the pull ends up to date at the winner's head (`chain.reconcile`).
+took everything the pull ends up to date at the winner's head (`chain.reconcile`). Overlapping pulls
+sharing a scratch space find out before the engine work: the first to need the engine claims the
+dataset until its pull ends, the others wait, then compare the head and fetch again from the source
+state it recorded — up to date, with no engine work (`chain.claims`).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
 from airflow_odf.odf.ingest.fetch.types import EngineS3
-from airflow_odf.odf.ingest.iteration import Run, new_result, root_state, run_and_commit
+from airflow_odf.odf.ingest.iteration import Run, engine_claim, new_result, root_state, run_and_commit
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.prepare import prepare
 from airflow_odf.odf.ingest.sources import POLLING_SOURCE_NAME, Source
@@ -45,14 +48,15 @@ def pull_polling(
     result = new_result(alias, state)
     if options.checks:
         result.checks = []  # declared: the key is there even when nothing new came
-    poller = _Poller(Run(dataset, runner, options, result), system_time, state)
-    iteration = 0
-    more = True
-    while more and (options.max_iterations is None or iteration < options.max_iterations):
-        iteration += 1
-        state, more = reconciling_from(
-            dataset, state, poller.iteration, what=alias, record=result.reconciliation, log=options.log
-        )
+    with engine_claim(dataset, alias, options) as claim:
+        poller = _Poller(Run(dataset, runner, options, result, claim), system_time, state)
+        iteration = 0
+        more = True
+        while more and (options.max_iterations is None or iteration < options.max_iterations):
+            iteration += 1
+            state, more = reconciling_from(
+                dataset, state, poller.iteration, what=alias, record=result.reconciliation, log=options.log
+            )
     result.new_head = None if state.head is None else str(state.head)
     return result
 

@@ -14,7 +14,7 @@ from airflow_odf.odf.checks.request import check_suite_sql
 from airflow_odf.odf.engine_client.contract import InputFile
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format.timestamps import Timestamp
-from airflow_odf.odf.ingest.iteration import Run, new_result, root_state, run_and_commit
+from airflow_odf.odf.ingest.iteration import Run, engine_claim, new_result, root_state, run_and_commit
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.sources import push_source
 from airflow_odf.odf.operation import IngestError, IngestResult, committed_with_extra, operation_dir
@@ -49,7 +49,8 @@ def push_ingest(
     for path in files:
         if not Path(path).is_file():
             raise IngestError("bad-input", f"{path}: no such file to ingest")
-    run = Run(dataset, runner, options, result)
+    claim = engine_claim(dataset, alias, options)
+    run = Run(dataset, runner, options, result, claim)
     started_at = state.head
 
     def attempt(current: ChainState) -> ChainState:
@@ -64,9 +65,10 @@ def push_ingest(
             source = push_source(current, alias, source_name)
             return run_and_commit(run, current, source, inputs, None, now, op_dir)
 
-    final = reconciling_from(
-        dataset, state, attempt, what=alias, record=result.reconciliation, log=options.log
-    )
+    with claim:
+        final = reconciling_from(
+            dataset, state, attempt, what=alias, record=result.reconciliation, log=options.log
+        )
     result.new_head = None if final.head is None else str(final.head)
     return result
 

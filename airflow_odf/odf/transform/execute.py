@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from airflow_odf.odf.chain.claims import EngineClaim
 from airflow_odf.odf.chain.dataset import Dataset, StagedObject
 from airflow_odf.odf.chain.reconcile import reconciling_from
 from airflow_odf.odf.chain.rules import ChainState
@@ -103,7 +104,9 @@ def run_transform(
     head (compare-and-swap) and each further batch onto the head the one before committed. Each input
     is opened once, by the plan. When another writer (an overlapping run) moves the head first, the
     transform plans again from that head — often finding the inputs already processed, up to date — and
-    goes on from there (`chain.reconcile`).
+    goes on from there (`chain.reconcile`). Overlapping transforms sharing a scratch space find out
+    before the engine work: the first to need it claims the derivative until it ends, the others wait,
+    then see the head moved and plan again — usually up to date (`chain.claims`).
     """
     if options.checks:  # refused before anything is planned or run
         check_suite_sql(options.checks)
@@ -115,11 +118,12 @@ def run_transform(
         result.checks = []
 
     def attempt(current: ChainState) -> ChainState:
-        return _plan_and_run(repo, dataset, current, name, runner, options, result, system_time)
+        return _plan_and_run(repo, dataset, current, name, runner, options, result, system_time, claim)
 
-    final = reconciling_from(
-        dataset, state, attempt, what=name, record=result.reconciliation, log=options.log
-    )
+    with EngineClaim(options.work_dir, dataset, name, options.log) as claim:
+        final = reconciling_from(
+            dataset, state, attempt, what=name, record=result.reconciliation, log=options.log
+        )
     result.new_head = None if final.head is None else str(final.head)
     return result
 
@@ -133,6 +137,7 @@ def _plan_and_run(
     options: TransformOptions,
     result: IngestResult,
     system_time: Timestamp | None,
+    claim: EngineClaim,
 ) -> ChainState:
     """Plans against `state` and runs the plan's batches; the state the last one committed."""
     plan = _plan(repo, dataset, state, name, options)
@@ -154,6 +159,7 @@ def _plan_and_run(
             result,
             system_time=system_time,
             rebuild=rebuild,
+            claim=claim,
         )
         rebuild = False
     return state
@@ -442,10 +448,12 @@ def _run_batch(
     *,
     system_time: Timestamp | None,
     rebuild: bool,
+    claim: EngineClaim,
 ) -> ChainState:
     """Runs and commits one batch onto `state` (the derivative as the run knows it); returns the state
     it committed."""
     head = state.head
+    claim.before_engine_work(state)  # one operation at a time, and not from a head that moved meanwhile
     system_time = system_time or Timestamp.now()
     if state.system_time is not None and system_time < state.system_time:
         system_time = state.system_time
