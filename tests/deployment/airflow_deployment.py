@@ -29,7 +29,8 @@ from cryptography.fernet import Fernet
 from airflow_odf.odf.engine_client.connect_server import free_port
 from tests.paths import REPO
 
-EXAMPLE_DAGS = ("odf_trades_pipeline.py", "odf_asset_scheduled.py")
+# every example DAG file (paused until a test enables its DAG, as Airflow creates DAGs)
+EXAMPLE_DAGS = tuple(sorted(p.name for p in (REPO / "dags_examples").glob("*.py")))
 TEST_DAGS = Path(__file__).resolve().parent / "dags"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 USER = "admin"
@@ -225,12 +226,16 @@ class AirflowDeployment:
 
     def set_repository(self, root: Path) -> None:
         """Points the `odf_repo` connection `odf_default` (in the metadata DB) at `root`."""
-        body = {"connection_id": "odf_default", "conn_type": "odf_repo", "host": root.as_uri()}
+        self.set_connection("odf_default", "odf_repo", host=root.as_uri())
+
+    def set_connection(self, conn_id: str, conn_type: str, **fields: Any) -> None:
+        """Creates or replaces the connection `conn_id` in the metadata DB (REST API)."""
+        body = {"connection_id": conn_id, "conn_type": conn_type, **fields}
         assert self.client is not None
-        if self.client.get("/api/v2/connections/odf_default").status_code == 404:
+        if self.client.get(f"/api/v2/connections/{conn_id}").status_code == 404:
             self.api("POST", "connections", json=body)
         else:
-            self.api("PATCH", "connections/odf_default", json=body)
+            self.api("PATCH", f"connections/{conn_id}", json=body)
 
     def enable(self, *dag_ids: str) -> None:
         """Unpauses each DAG, once the dag-processor has parsed it."""
@@ -239,6 +244,18 @@ class AirflowDeployment:
 
     def pause(self, dag_id: str) -> None:
         self._set_paused(dag_id, True)
+
+    def pause_and_settle(self, *dag_ids: str) -> None:
+        """Pauses each DAG and waits until none of its runs is queued or running (a scheduled DAG
+        enabled by a test may have started a run of its own, which must not outlive the test)."""
+        for dag_id in dag_ids:
+            self.pause(dag_id)
+
+        def settled() -> bool:
+            params = {"state": ["queued", "running"], "limit": 100}
+            return all(not self.api("GET", f"dags/{d}/dagRuns", params=params)["dag_runs"] for d in dag_ids)
+
+        self.wait_for(settled, f"the runs of {', '.join(dag_ids)} to finish", timeout=600, every=1)
 
     def _set_paused(self, dag_id: str, paused: bool) -> None:
         self.wait_for(lambda: self._parsed(dag_id), f"DAG {dag_id} parsed", timeout=120, every=0.5)
