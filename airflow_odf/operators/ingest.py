@@ -159,6 +159,7 @@ def _after(landed: IngestResult, rest: IngestResult) -> IngestResult:
     combined.records = landed.records + rest.records
     combined.quarantined = landed.quarantined + rest.quarantined
     combined.reconciliation = rest.reconciliation
+    combined.checks = rest.checks  # the retry's own commits' (the earlier try's were not reported)
     return combined
 
 

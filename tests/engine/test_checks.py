@@ -284,3 +284,39 @@ def test_an_unknown_column_is_named(env: Env) -> None:
 
     with pytest.raises(IngestError, match=r"check 'volume\.min': the data has no column 'volume'"):
         env.push(GOOD, checks={"columns": {"volume": {"min": {"geq_to": 0}}}})
+
+
+def test_the_cli_reports_checks_in_json_and_exits_4_on_a_failure(
+    env: Env, repo: Repository, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.write_text("event_time,id,symbol,price,qty\n" + "\n".join(GOOD) + "\n")
+    bad.write_text("event_time,id,symbol,price,qty\n2024-01-03T00:00:00Z,7,A,-2,1\n")
+    checks = tmp_path / "checks.yaml"
+    checks.write_text("columns:\n  price:\n    min: {geq_to: 0}\n")
+    base = ["ingest", "--repo", str(repo.location), TRADES, "--checks", str(checks), "--format", "json"]
+    capsys.readouterr()
+    assert main([*base[:4], str(good), *base[4:], "--check", "has_rows=COUNT(*) > 0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["records"] == 2
+    assert [(c["name"], c["success"], c["observed"]) for c in out["checks"]] == [
+        ("price.min", True, 10.5),
+        ("has_rows", True, 1),
+    ]
+    head = env.snapshot()
+    assert main([*base[:4], str(bad), *base[4:]]) == 4
+    captured = capsys.readouterr()
+    failure = json.loads(captured.out)
+    assert failure["committed"] is False and failure["quarantine"] is None
+    [check] = failure["checks"]
+    assert check["name"] == "price.min" and check["observed"] == -2.0 and not check["success"]
+    assert [r["id"] for r in check["failing_rows"]] == [7]
+    lines = [line for line in captured.err.splitlines() if not line.startswith(("WARN", "26/"))]
+    assert f"{TRADES}: 1 of 1 check(s) failed; nothing was committed" in lines
+    assert env.snapshot() == head
+    # a derivative through `odf transform`, passing
+    capsys.readouterr()
+    transform = ["transform", "--repo", str(repo.location), DAILY, "--check", "rows=COUNT(*) = 2"]
+    assert main([*transform, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["records"] == 2 and out["checks"][0]["name"] == "rows" and out["checks"][0]["success"]

@@ -176,6 +176,21 @@ def test_the_request_evaluates_each_relation_in_one_pass(tmp_path: Path) -> None
             "query": "SELECT * FROM candidate WHERE event_time > current_timestamp()",
         }
     ]
+    # a second column with a distinct count gets a pass of its own (no row expanded per column)
+    two = checks_request(
+        resolve_suite(
+            {
+                "columns": {
+                    "a": {"unique_check": {"equal_to": 0}},
+                    "b": {"distinct_check": {"geq_to": 1}, "min": {"geq_to": 0}},
+                }
+            }
+        )
+    )
+    assert [[c["name"] for c in p["checks"]] for p in two["passes"]] == [
+        ["a.unique_check", "b.min"],
+        ["b.distinct_check"],
+    ]
     # without a check of the whole dataset, its slices are not sent
     assert checks_request(resolve_suite(None, ["a=x > 0"]), ["/repo/data/a"])["dataset_paths"] == []
 

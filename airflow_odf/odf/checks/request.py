@@ -5,7 +5,8 @@ here, before anything runs, and the engine judges it again before `spark.sql`:
 
 - one aggregation pass per relation (`candidate`; `dataset` when a check reads the history): every column
   check and every boolean table check is one expression of a single `SELECT ... FROM relation`, so the
-  slice is read once for all of them;
+  slice is read once for all of them — plus one pass per further column with a distinct count
+  (`_pass_groups`);
 - one query per table check that returns failing rows.
 
 Each check carries the conditions its observed value must meet (tolerance applied) and, where one is
@@ -22,6 +23,7 @@ from airflow_odf.odf.checks.spec import CANDIDATE, DATASET, TABLE_QUERY, Check, 
 from airflow_odf.odf.errors import OdfError, quoted
 
 MAX_FAILING_ROWS = 10
+_DISTINCT_CHECKS = ("distinct_check", "unique_check")
 _OPS = {"equal_to": "eq", "greater_than": "gt", "geq_to": "ge", "less_than": "lt", "leq_to": "le"}
 
 
@@ -135,6 +137,35 @@ def _relations(check: Check) -> list[str]:
     return [CANDIDATE, DATASET] if check.scope == DATASET else [CANDIDATE]
 
 
+def _pass_groups(members: list[Check]) -> list[list[Check]]:
+    """The checks of one relation in as few passes as Spark evaluates well: every check in one, except
+    that each column with a distinct-count check (`distinct_check`, `unique_check`) beyond the first
+    gets a pass of its own — Spark evaluates distinct counts of several columns in one query by
+    expanding every row once per column, which costs more than reading the slice again."""
+    distinct = list(dict.fromkeys(c.column for c in members if c.check in _DISTINCT_CHECKS))
+    first = [c for c in members if c.check not in _DISTINCT_CHECKS or c.column == distinct[0]]
+    rest = [[c for c in members if c.check in _DISTINCT_CHECKS and c.column == col] for col in distinct[1:]]
+    return [group for group in [first, *rest] if group]
+
+
+def _pass(relation: str, members: list[Check]) -> dict[str, Any]:
+    """One aggregation over `relation`: a column per check, with its conditions and failing rows."""
+    items, entries = [], []
+    for i, check in enumerate(members):
+        conditions = engine_conditions(check)
+        items.append(f"  {_expression(check)} AS `c{i}`")
+        entries.append(
+            {
+                "name": check.name,
+                "column": check.column,
+                "conditions": conditions,
+                "failing_rows": _failing_rows(check, conditions),
+            }
+        )
+    query = "SELECT\n" + ",\n".join(items) + f"\nFROM {relation}"
+    return {"relation": relation, "query": query, "checks": entries}
+
+
 def check_suite_sql(suite: CheckSuite) -> None:
     """Refuses (CheckSqlRefused) the first check whose SQL the policy refuses, before anything runs."""
     for check in suite.checks:
@@ -153,22 +184,7 @@ def checks_request(suite: CheckSuite, dataset_paths: list[str] | None = None) ->
     passes: list[dict[str, Any]] = []
     for relation in (CANDIDATE, DATASET):
         members = [c for c in suite.checks if _relation(c) == relation and c.check != TABLE_QUERY]
-        if not members:
-            continue
-        items, entries = [], []
-        for i, check in enumerate(members):
-            conditions = engine_conditions(check)
-            items.append(f"  {_expression(check)} AS `c{i}`")
-            entries.append(
-                {
-                    "name": check.name,
-                    "column": check.column,
-                    "conditions": conditions,
-                    "failing_rows": _failing_rows(check, conditions),
-                }
-            )
-        query = "SELECT\n" + ",\n".join(items) + f"\nFROM {relation}"
-        passes.append({"relation": relation, "query": query, "checks": entries})
+        passes += [_pass(relation, group) for group in _pass_groups(members)]
     queries = [
         {"name": c.name, "relation": _relation(c), "query": c.statement}
         for c in suite.checks
