@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from airflow_odf.odf.engine_client.contract import ENGINE_STOPPED
 from airflow_odf.odf.checks.results import ChecksFailed
+from airflow_odf.odf.engine_client.contract import ENGINE_STOPPED
 from airflow_odf.odf.engine_client.runner import EngineRunError
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.ingest.fetch.types import FetchError
