@@ -420,7 +420,13 @@ def test_a_race_lost_at_the_head_move_leaves_only_what_gc_removes(
     events = [b.event for _, b in reversed(list(dataset.iter_blocks()))]
     assert [type(e) for e in events[-3:]] == [model.SetInfo, model.SetDataSchema, model.AddData]
     garbage = collect_garbage(dataset, 0)
-    assert sorted(k.split("/")[0] for k in garbage if not k.startswith("data/")) == ["blocks", "blocks"]
+    # the lost attempt's two blocks, and the attestation of the head it never became
+    assert sorted(k.split("/")[0] for k in garbage if not k.startswith("data/")) == [
+        "attestations",
+        "blocks",
+        "blocks",
+    ]
+    assert f"attestations/{dataset.head()}" not in garbage  # the winner's head keeps its signature
     assert verify_integrity(dataset) == [] and _ids(dataset) == [1, 2, 3]
 
 
