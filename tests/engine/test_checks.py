@@ -320,3 +320,26 @@ def test_the_cli_reports_checks_in_json_and_exits_4_on_a_failure(
     assert main([*transform, "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["records"] == 2 and out["checks"][0]["name"] == "rows" and out["checks"][0]["success"]
+
+
+def test_the_warm_engine_evaluates_the_same_checks(
+    repo: Repository, tmp_path: Path, connect_url: str
+) -> None:
+    """On a Spark Connect server (how production tasks run): the same results, the same failing rows,
+    nothing committed on a failure."""
+    from airflow_odf.engine.connect_runner import SparkConnectRunner
+
+    env = Env(repo, SparkConnectRunner(connect_url), tmp_path)  # type: ignore[arg-type]
+    passed = env.push(GOOD)
+    assert [(c["name"], c["success"]) for c in passed.checks or []][:3] == [
+        ("id.null_check", True),
+        ("id.unique_check", True),
+        ("price.min", True),
+    ]
+    before = env.snapshot()
+    with pytest.raises(ChecksFailed) as caught:
+        env.push(["2024-01-03T00:00:00Z,1,ACME,-1,2"])
+    failed = {r.name: r for r in caught.value.failed}
+    assert set(failed) == {"price.min"}  # id 1 again, but unique_check reads the candidate alone here
+    assert failed["price.min"].failing_rows[0]["price"] == -1.0
+    assert env.snapshot() == before
