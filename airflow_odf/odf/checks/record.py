@@ -3,7 +3,9 @@ keyed by the commit's new head, for the ODF view's chain (a line per commit) and
 
 Like the verification record it is derived data beside the summary, outside the chain: no block refers
 to it, push and pull never copy it, and it is written only after the commit succeeded (a crash between
-the two loses an entry, never adds one for a commit that did not land). It keeps the last
+the two loses an entry, never adds one for a commit that did not land; so may two writers recording
+at the same moment, as the record is replaced whole: the view then shows no checks for that commit).
+It keeps the last
 `MAX_COMMITS` commits; a missing, damaged or oversized record reads as empty. It is as trustworthy as
 the repository's storage: whoever can write there can write it.
 """
