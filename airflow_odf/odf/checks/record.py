@@ -1,13 +1,12 @@
 """The checks record of a dataset (`info/checks`): which checks passed for each commit that ran them,
-keyed by the commit's new head, for the ODF view's chain (a line per commit) and `odf log` readers.
+keyed by the commit's new head, for the ODF view's chain (the Checks column).
 
 Like the verification record it is derived data beside the summary, outside the chain: no block refers
 to it, push and pull never copy it, and it is written only after the commit succeeded (a crash between
-the two loses an entry, never adds one for a commit that did not land; so may two writers recording
-at the same moment, as the record is replaced whole: the view then shows no checks for that commit).
-It keeps the last
-`MAX_COMMITS` commits; a missing, damaged or oversized record reads as empty. It is as trustworthy as
-the repository's storage: whoever can write there can write it.
+the two loses an entry, never adds one for a commit that did not land; so may two writers recording at
+the same moment, as the record is replaced whole: the view then shows no checks for that commit). It
+keeps the last `MAX_COMMITS` commits; a missing, damaged or oversized record reads as empty. It is as
+trustworthy as the repository's storage: whoever can write there can write it.
 """
 
 from __future__ import annotations
