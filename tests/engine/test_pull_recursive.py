@@ -184,8 +184,10 @@ def test_pulling_a_derivative_alone_transforms_only_it(
         "new_blocks",
         "records",
         "up_to_date",
+        "input_offsets",
     }
     assert out["dataset"] == "big" and out["records"] == 2 and len(out["new_blocks"]) == 2
+    assert list(out["input_offsets"].values()) == [[{"start": 0, "end": 2}]]  # all 3 records of cities
     assert _rows(repo, "big", "offset", "city") == [(0, "b"), (1, "c")]
     assert {
         n: str(Repository.open(repo).dataset(n).head()) for n in heads
