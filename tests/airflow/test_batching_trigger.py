@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 from airflow_odf.odf.chain.dataset import Dataset
-from airflow_odf.odf.format import model
-from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, Multihash
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.sensors.batching import INPUT_HEADS_KEY, OdfBatchingSensor
@@ -55,18 +53,7 @@ def trigger(**kwargs: Any) -> OdfBatchingTrigger:
 
 def add_now(ds: Dataset, records: int) -> str:
     """An AddData of `records` committed at the clock's time: the interval starts now."""
-    state = ds.state()
-    start = 0 if state.last_offset is None else state.last_offset + 1
-    event = model.AddData(
-        prev_offset=state.last_offset,
-        new_data=model.DataSlice(
-            logical_hash=Multihash(ARROW0_SHA3_256, bytes(32)),
-            physical_hash=Multihash.sha3_256(f"now/{start}".encode()),
-            offset_interval=model.OffsetInterval(start=start, end=start + records - 1),
-            size=records,
-        ),
-    )
-    return str(ds.commit([event], system_time=Timestamp.now()).new_head)
+    return str(add_data(ds, records, system_time=Timestamp.now()))
 
 
 def test_serialize_round_trip() -> None:

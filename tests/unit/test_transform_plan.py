@@ -55,8 +55,11 @@ def root(repo: Repository, name: str, *, pulled: bool = True) -> Dataset:
     return repo.dataset(name)
 
 
-def add_data(ds: Dataset, records: int, *, watermark: Timestamp | None = None) -> Multihash:
-    """Appends one slice of `records` records (a made-up file: nothing reads it); returns the new head."""
+def add_data(
+    ds: Dataset, records: int, *, watermark: Timestamp | None = None, system_time: Timestamp | None = None
+) -> Multihash:
+    """Appends one slice of `records` records (a made-up file: nothing reads it) at `system_time` (else
+    the test clock's next tick); returns the new head."""
     state = ds.state()
     start = 0 if state.last_offset is None else state.last_offset + 1
     event = model.AddData(
@@ -69,7 +72,7 @@ def add_data(ds: Dataset, records: int, *, watermark: Timestamp | None = None) -
         ),
         new_watermark=watermark or state.watermark,
     )
-    return ds.commit([event], system_time=tick()).new_head
+    return ds.commit([event], system_time=system_time or tick()).new_head
 
 
 def add_watermark(ds: Dataset, watermark: Timestamp) -> Multihash:
