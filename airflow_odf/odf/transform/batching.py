@@ -35,10 +35,10 @@ from airflow_odf.odf.repo.repository import Repository
 # the planner's own resolution of inputs and of what was processed, so both count the same blocks
 from airflow_odf.odf.transform.plan import (
     InputDivergedError,
+    ResolvedInput,
     TransformPlanError,
-    _Input,
-    _last_processed,
-    _resolve_input,
+    last_processed,
+    resolve_input,
 )
 
 _DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)\s*\Z")
@@ -263,10 +263,10 @@ def check_batching(
     assert state.dataset_id is not None
     now = now if now is not None else Timestamp.now()
     cache = cache if cache is not None else BacklogCache()
-    inputs = [_resolve_input(repo, i, ti) for i, ti in enumerate(state.transform.inputs)]
+    inputs = [resolve_input(repo, i, ti) for i, ti in enumerate(state.transform.inputs)]
     counted = []
     for inp in inputs:
-        processed_block, processed_offset = _last_processed(state, inp)
+        processed_block, processed_offset = last_processed(state, inp)
         last = inp.state.last_offset
         records = 0 if last is None else max(0, last - (-1 if processed_offset is None else processed_offset))
         counted.append((inp, processed_block, records))
@@ -274,7 +274,7 @@ def check_batching(
     need_time = rule.max_batching_interval is not None and total < rule.min_records_to_await
     backlogs = []
     for inp, processed_block, records in counted:
-        assert inp.state.head is not None  # _resolve_input refuses an input without one
+        assert inp.state.head is not None  # resolve_input refuses an input without one
         first = _first_change(inp, processed_block, cache, name) if need_time else None
         backlogs.append(
             InputBacklog(
@@ -292,7 +292,7 @@ def check_batching(
 
 
 def _first_change(
-    inp: _Input, processed_block: Multihash | None, cache: BacklogCache, derivative: str
+    inp: ResolvedInput, processed_block: Multihash | None, cache: BacklogCache, derivative: str
 ) -> Timestamp | None:
     """The system time of the input's first block after `processed_block` that adds records or a
     watermark; None when there is none. Reads only blocks no earlier check of `cache` has read."""

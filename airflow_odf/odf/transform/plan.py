@@ -143,7 +143,7 @@ class TransformPlan:
 
 
 @dataclass(frozen=True)
-class _Input:
+class ResolvedInput:
     """An input of the SetTransform, resolved against the repository."""
 
     index: int
@@ -213,7 +213,7 @@ def plan_transform(
         raise TransformPlanError(f"{name} is not a Derivative dataset: only derivatives are transformed")
     if state.transform is None:
         raise TransformPlanError(f"{name} has no SetTransform")
-    inputs = [_resolve_input(repo, i, ti) for i, ti in enumerate(state.transform.inputs)]
+    inputs = [resolve_input(repo, i, ti) for i, ti in enumerate(state.transform.inputs)]
     pins = _resolve_pins(inputs, pinned_heads or {})
     for inp in inputs:
         if inp.state.schema is None:
@@ -224,7 +224,7 @@ def plan_transform(
                 ready=False,
             )
 
-    previous = [_last_processed(state, inp) for inp in inputs]
+    previous = [last_processed(state, inp) for inp in inputs]
     try:
         pending = [_pending_units(inp, previous[inp.index][0], pins.get(inp.index)) for inp in inputs]
     except InputDivergedError as e:
@@ -256,17 +256,17 @@ def plan_transform(
     )
 
 
-def _resolve_input(repo: Repository, index: int, ti: model.TransformInput) -> _Input:
+def resolve_input(repo: Repository, index: int, ti: model.TransformInput) -> ResolvedInput:
     dataset_id = DatasetId.parse(ti.dataset_ref)
     alias = ti.alias or ti.dataset_ref
     dataset = repo.dataset_by_id(dataset_id)
     state = dataset.state()
     if state.head is None:
         raise TransformPlanError(f"input {alias!r} ({dataset_id}) is not in the repository {repo.location}")
-    return _Input(index, alias, repo.name_of(dataset), dataset_id, dataset, state)
+    return ResolvedInput(index, alias, repo.name_of(dataset), dataset_id, dataset, state)
 
 
-def _resolve_pins(inputs: list[_Input], pinned: Mapping[str, Multihash | str]) -> dict[int, Multihash]:
+def _resolve_pins(inputs: list[ResolvedInput], pinned: Mapping[str, Multihash | str]) -> dict[int, Multihash]:
     """Input index -> pinned block hash; keys match an alias, else a DID, else a name (any case)."""
     out: dict[int, Multihash] = {}
     for key, value in pinned.items():
@@ -293,7 +293,7 @@ def _resolve_pins(inputs: list[_Input], pinned: Mapping[str, Multihash | str]) -
     return out
 
 
-def _last_processed(state: ChainState, inp: _Input) -> tuple[Multihash | None, int | None]:
+def last_processed(state: ChainState, inp: ResolvedInput) -> tuple[Multihash | None, int | None]:
     """The input's last processed block and offset, from the derivative's ExecuteTransforms.
 
     The chain state keeps, per input, the last ExecuteTransformInput that took a new block, so its
@@ -305,7 +305,7 @@ def _last_processed(state: ChainState, inp: _Input) -> tuple[Multihash | None, i
     return last.new_block_hash, last.new_offset if last.new_offset is not None else last.prev_offset
 
 
-def _pending_units(inp: _Input, prev: Multihash | None, pinned: Multihash | None) -> list[_Unit]:
+def _pending_units(inp: ResolvedInput, prev: Multihash | None, pinned: Multihash | None) -> list[_Unit]:
     """The input's blocks in `(prev, new]`, oldest first, `new` being the pinned hash or the head.
 
     One walk from the head checks on the way that `prev` is still in the chain and that `new` is in it,
@@ -335,7 +335,7 @@ def _pending_units(inp: _Input, prev: Multihash | None, pinned: Multihash | None
 
 
 def _batches(
-    inputs: list[_Input],
+    inputs: list[ResolvedInput],
     pending: list[list[_Unit]],
     previous: list[tuple[Multihash | None, int | None]],
     max_input_records: int | None,
