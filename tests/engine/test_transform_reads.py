@@ -97,7 +97,7 @@ def test_one_state_read_and_one_open_per_dataset_for_four_batches(
     # the derivative: once by the run; each commit's own compare against the head aside
     assert state_reads.pop(folder(repo, DERIVATIVE)) == ["run_transform"] + ["commit"] * 4
     for name in ROOTS:  # each input: read and opened once, by the plan
-        assert state_reads.pop(folder(repo, name)) == ["_resolve_input"]
+        assert state_reads.pop(folder(repo, name)) == ["resolve_input"]
         assert opened.pop(repo.resolve(name)) == 1
     assert opened.pop(repo.resolve(DERIVATIVE)) == 1 and not opened and not state_reads
     table = tail(repo.dataset(DERIVATIVE), 100)
