@@ -4,8 +4,10 @@ before any test module imports airflow (the Airflow-layer tests live in tests/ai
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,13 +16,19 @@ from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.engine_client.connect_server import ConnectServer
 from tests.paths import HOW_TO_GET_SHARED, REPO, REQUIRE_SHARED, missing_shared
 
+#: the per-environment cache of the suite (scripts/ensure-env fills it): `<venv>/odf-cache`
+TEST_CACHE = Path(sys.prefix) / "odf-cache" if sys.prefix != sys.base_prefix else None
+
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="odf-airflow-home-"))
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags_examples")
 os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-# no class archive from an earlier `odf engine warm-up` on this machine: jobs start as on a fresh one
-os.environ["ODF_CACHE_DIR"] = tempfile.mkdtemp(prefix="odf-cache-")
+# the engine's class archive (`odf engine warm-up`) lives in the environment's own cache, never the user's:
+# scripts/ensure-env makes it there once per Spark and Java installation, so that every JVM the suite
+# starts loads Spark's classes from it as on a machine whose user ran the warm-up (without it, each of the
+# suite's JVM starts loads and verifies them one by one). Outside a virtual environment: none, a cold start.
+os.environ["ODF_CACHE_DIR"] = str(TEST_CACHE) if TEST_CACHE else tempfile.mkdtemp(prefix="odf-cache-")
 # the keys of datasets in object-store repositories (and of a test's node) go to a throw-away
 # configuration folder, never the user's own (`airflow_odf.odf.identity.keys.default_keys_dir`)
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="odf-config-")

@@ -397,6 +397,8 @@ def test_fast_start_conf_follows_the_master_and_the_odf_config(
 ) -> None:
     from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner, with_fast_start
 
+    # a stand-in archive in a cache of its own: the suite's real one (tests/conftest.py) stays untouched
+    monkeypatch.setenv("ODF_CACHE_DIR", str(tmp_path / "cache"))
     archive = class_archive_path()
     assert archive is not None
     archive.parent.mkdir(parents=True, exist_ok=True)
