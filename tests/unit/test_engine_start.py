@@ -27,9 +27,11 @@ from airflow_odf.odf.engine_client.runner import EngineRunError
 
 @pytest.fixture(autouse=True)
 def _no_spark_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No spark-defaults.conf of this machine's Spark in the way (the test that needs one writes it)."""
+    """No spark-defaults.conf of this machine's Spark in the way (the test that needs one writes it), and
+    no class archive (the suite's own, tests/conftest.py): a test that wants one makes it."""
     (tmp_path / "spark-conf").mkdir()
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "spark-conf"))
+    monkeypatch.setenv("ODF_CACHE_DIR", str(tmp_path / "no-archive"))
 
 
 def _file(path: Path, size: int) -> str:
