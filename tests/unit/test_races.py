@@ -338,8 +338,11 @@ def collect_all(repo: Repository) -> None:
 def names_loop(repo: Repository, rounds: int) -> collections.Counter[str]:
     """Each round: a new dataset, then two renames of it, a delete of it and gc at once. Afterwards it
     has one name — the winning rename's, or its old one — or none when the delete won, and every other
-    dataset still has exactly one."""
+    dataset (bystanders that gc scans every round) still has exactly its own. The round's dataset is
+    deleted afterwards, so every round runs on a repository of the same size (left in place, the rounds'
+    datasets made each round scan and check all the earlier ones: quadratic)."""
     tally: collections.Counter[str] = collections.Counter()
+    bystanders = {create(repo, f"bystander-{n}"): [f"bystander-{n}"] for n in range(3)}
     for i in range(rounds):
         name = f"ds{i}"
         did = create(repo, name)
@@ -360,8 +363,11 @@ def names_loop(repo: Repository, rounds: int) -> collections.Counter[str]:
             found = names(repo).get(did, [])
             assert len(found) == 1 and (len(renamed) <= 1 or found == [expected]), (messages, found)
             assert_one_name(repo, did, found[0])
+        assert {d: n for d, n in names(repo).items() if d != did} == bystanders
         tally[" ".join(f"{op}={outcomes[op]}" for op in ("rename-b", "rename-c", "delete"))] += 1
-    assert all(len(n) == 1 for n in names(repo).values())
+        if outcomes["delete"] != "ok":
+            repo.delete(names(repo)[did])
+    assert names(repo) == bystanders
     return tally
 
 
