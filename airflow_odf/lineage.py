@@ -9,7 +9,8 @@ alias is added as a symlink, the SetInfo description as documentation, the SetDa
 A task that ran adds what its run did (`run_lineage`, from its XCom result and the blocks it committed):
 the version of each dataset (the output's new head, the input's block the transform read up to), the
 output's statistics (records and bytes of the new slices), the column lineage of the transform's SQL
-(`airflow_odf.odf.transform.column_lineage`) and the results of the checks it passed. docs/lineage.md.
+(`airflow_odf.odf.transform.column_lineage`) and the results of its checks — also of a run they refused,
+which committed nothing (no output version). docs/lineage.md.
 """
 
 from __future__ import annotations
@@ -170,39 +171,51 @@ def run_lineage(repo: Repository, lineage: OdfLineage, result: Mapping[str, Any]
     """`lineage` with what the run that returned `result` (its XCom dict) did: the output's version (its
     new head, or the head it found up to date), statistics of the slices its new blocks added, column
     lineage of its transform and its checks; each input's version (the block the output's last
-    ExecuteTransform read up to)."""
+    ExecuteTransform read up to).
+
+    A run whose checks refused its data (`committed` false, as `ChecksFailed.as_dict` says) committed
+    nothing: the output gets no version and no statistics, the checks (failed ones too) as assertions,
+    and each input the block the refused data was read up to (`input_heads`: DID -> block hash)."""
     if len(lineage.outputs) != 1:
         return lineage
     [output] = lineage.outputs
     dataset = repo.dataset(output.alias)
-    blocks = [dataset.block(Multihash.parse(h)) for h in result.get("new_blocks") or []]
-    slices = [
-        b.event.new_data
-        for b in blocks
-        if isinstance(b.event, model.AddData | model.ExecuteTransform) and b.event.new_data is not None
-    ]
-    statistics = OutputStatistics(
-        rows=sum(s.offset_interval.end - s.offset_interval.start + 1 for s in slices),
-        size=sum(s.size for s in slices),
-        files=len(slices),
-    )
     state = dataset.state()
-    head = result.get("new_head") or (str(state.head) if state.head else None)
+    committed = result.get("committed") is not False
+    blocks = [dataset.block(Multihash.parse(h)) for h in result.get("new_blocks") or []]
     output = dataclasses.replace(
         output,
-        version=head,
-        statistics=statistics,
+        version=result.get("new_head") or (str(state.head) if committed and state.head else None),
+        statistics=_statistics(blocks) if committed else None,
         column_lineage=transform_column_lineage(state.transform, lineage.inputs, output),
         assertions=check_assertions(result.get("checks") or ()),
     )
-    transforms = [b.event for b in blocks if isinstance(b.event, model.ExecuteTransform)]
-    read = transforms[-1].query_inputs if transforms else list(state.transform_inputs.values())
-    versions = {_name(str(qi.dataset_id)): qi.new_block_hash for qi in read}
+    if committed:
+        transforms = [b.event for b in blocks if isinstance(b.event, model.ExecuteTransform)]
+        read = transforms[-1].query_inputs if transforms else list(state.transform_inputs.values())
+        versions = {_name(str(qi.dataset_id)): qi.new_block_hash for qi in read}
+    else:
+        heads = result.get("input_heads")
+        versions = {_name(did): h for did, h in heads.items()} if isinstance(heads, Mapping) else {}
     inputs = tuple(
         dataclasses.replace(d, version=str(versions[d.name])) if versions.get(d.name) else d
         for d in lineage.inputs
     )
     return OdfLineage(inputs=inputs, outputs=(output,))
+
+
+def _statistics(blocks: list[model.MetadataBlock]) -> OutputStatistics:
+    """Records (offset intervals), bytes and count of the slices `blocks` added."""
+    slices = [
+        b.event.new_data
+        for b in blocks
+        if isinstance(b.event, model.AddData | model.ExecuteTransform) and b.event.new_data is not None
+    ]
+    return OutputStatistics(
+        rows=sum(s.offset_interval.end - s.offset_interval.start + 1 for s in slices),
+        size=sum(s.size for s in slices),
+        files=len(slices),
+    )
 
 
 def _name(dataset_id: str) -> str:

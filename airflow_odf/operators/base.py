@@ -32,6 +32,7 @@ from airflow_odf.utils.engine_deadline import resolve_engine_timeout
 
 if TYPE_CHECKING:
     from airflow_odf.lineage import LineageDataset, OdfLineage
+    from airflow_odf.odf.checks.results import ChecksFailed
 
 ENGINES = ("spark-submit", "local", "spark-connect")
 RUN_EXTRA_KEY = "airflow-provider-odf.dev/airflow-task"
@@ -97,6 +98,7 @@ class OdfBaseOperator(BaseOperator):
         self.engine_timeout = engine_timeout
         self._runner: Any = None
         self._result: dict[str, Any] | None = None  # what `report` returned: the run's lineage facts
+        self._refused: ChecksFailed | None = None  # the checks that refused this run's data, if any
 
     def repository(self) -> Repository:
         return self.call(lambda: OdfRepoHook(self.odf_conn_id).open_repository())
@@ -170,6 +172,7 @@ class OdfBaseOperator(BaseOperator):
             if isinstance(error, OdfSchemaViolationException):  # in the main log section, not Post Execute
                 self.log.error("%s", violation_summary(error))
             if isinstance(error, OdfChecksFailedException):  # every failed check and its failing rows
+                self._refused = error.failure
                 self.log.error("%s", "\n".join([*error.failure.lines(), *error.failure.sample_lines()]))
             raise error from None
 
@@ -241,3 +244,23 @@ class OdfBaseOperator(BaseOperator):
         from airflow_odf.lineage import to_operator_lineage
 
         return to_operator_lineage(self.lineage(self._result))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any) -> Any:
+        """OpenLineage of a failed run (docs/lineage.md): when checks refused the data, every check's
+        result as an assertion and the inputs at the heads the refused batch read; no output version,
+        as nothing was committed. Any other failure: the datasets, without a run's facts."""
+        from airflow_odf.lineage import to_operator_lineage
+
+        return to_operator_lineage(self.lineage(self.refused_result()))
+
+    def refused_result(self) -> dict[str, Any] | None:
+        """The run's facts when checks refused its data (`ChecksFailed.as_dict`: `committed` false, every
+        check's result) with `input_heads` (`refused_input_heads`); None when they did not."""
+        if self._refused is None:
+            return None
+        repo = self.repository()
+        return {**self._refused.as_dict(), "input_heads": self.refused_input_heads(repo)}
+
+    def refused_input_heads(self, repo: Repository) -> dict[str, str]:
+        """Input DID -> the block the refused data was read up to; none for ingests."""
+        return {}

@@ -257,6 +257,7 @@ def openlineage_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTE_IN_THREAD", "True")
     monkeypatch.setenv("AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT", "300")  # a busy machine: wait for each
     listener = get_openlineage_listener()
+    _forget_configuration(listener)  # a test before this one may have set up another file
     added = [
         m for m in (get_task_listener_manager(), get_listener_manager()) if not m.pm.is_registered(listener)
     ]
@@ -267,6 +268,18 @@ def openlineage_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     listener._executor.shutdown(wait=True)
     for manager in added:
         manager.pm.unregister(listener)
+    _forget_configuration(listener)
+
+
+def _forget_configuration(listener: Any) -> None:
+    """The provider reads its configuration (cached) and makes its client (with the transport) once per
+    process: forgotten, the next event is sent as the environment configures it now."""
+    from airflow.providers.openlineage import conf
+
+    for value in vars(conf).values():
+        if callable(getattr(value, "cache_clear", None)):
+            value.cache_clear()
+    listener.adapter._client = None
 
 
 def completed(path: Path, job: str) -> dict[str, Any]:
@@ -351,3 +364,73 @@ def test_events_of_the_trades_pipeline_carry_the_run(odf_repo: Path, openlineage
     # every output column the facet names is one of the output's schema
     schema = {f["name"] for f in output["facets"]["schema"]["fields"]}
     assert set(columns["fields"]) <= schema and {"offset", "system_time"} <= schema - set(columns["fields"])
+
+
+def failed(path: Path, job: str) -> dict[str, Any]:
+    """The one FAIL event of a task."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    [found] = [e for e in events if e["eventType"] == "FAIL" and e["job"]["name"] == job]
+    return found
+
+
+def _daily_volumes(trades: Any) -> dict[tuple[Any, str], int]:
+    """(day, symbol) -> SUM(quantity) of the trades: what the daily transform computes."""
+    from airflow_odf.odf.chain.data_access import tail
+
+    table = tail(trades, 10_000)
+    assert table is not None
+    volumes: dict[tuple[Any, str], int] = {}
+    for r in table.to_pylist():
+        key = (r["event_time"].date(), r["symbol"])
+        volumes[key] = volumes.get(key, 0) + r["quantity"]
+    return volumes
+
+
+@pytest.mark.usefixtures("airflow_db", "spark")
+def test_a_failed_check_gives_a_fail_event_with_the_assertions_and_no_output_version(
+    odf_repo: Path, openlineage_file: Path
+) -> None:
+    """Example DAG 1 with checks on its transform that the daily volumes fail (`volume.max`): the ingest's
+    COMPLETE event carries its passed checks; the transform's FAIL event every check's result, its input
+    at the head the refused batch read (the ingest's), and its output without a version or statistics."""
+    dag = load_dag("odf_trades_pipeline.py", "odf_trades_pipeline")
+    dag.get_task("transform_daily").checks = {
+        "columns": {"volume": {"max": {"less_than": 0}}},
+        "tables": {"has_rows": {"check_statement": "COUNT(*) > 0"}},
+    }
+    run = dag.test()
+    states = task_states(run)
+    assert (states["ingest_trades"], states["transform_daily"]) == ("success", "failed")
+    repo = Repository.open(odf_repo)
+    trades, daily = repo.dataset("com.example.trades"), repo.dataset("com.example.trades.daily")
+    trades_id = str(trades.state().dataset_id).removeprefix("did:odf:")
+    daily_id = str(daily.state().dataset_id).removeprefix("did:odf:")
+    ingested = xcom(run, "ingest_trades")
+    assert len(daily.state().data_slices) == 0 and xcom(run, "transform_daily") is None  # no commit
+
+    # the ingest's COMPLETE event: one passed assertion per check of its XCom
+    [output] = completed(openlineage_file, "odf_trades_pipeline.ingest_trades")["outputs"]
+    assert output["facets"]["version"]["datasetVersion"] == ingested["new_head"]
+    assertions = output["facets"]["dataQualityAssertions"]["assertions"]
+    assert [(a["name"], a["assertion"], a.get("column"), a["success"]) for a in assertions] == [
+        ("trade_id.null_check", "null_check", "trade_id", True),
+        ("trade_id.unique_check", "unique_check", "trade_id", True),
+        ("price.min", "min", "price", True),
+        ("positive_quantity", "sql", None, True),
+    ]
+    assert [a["actual"] for a in assertions] == [json.dumps(c["observed"]) for c in ingested["checks"]]
+
+    # the transform's FAIL event
+    event = failed(openlineage_file, "odf_trades_pipeline.transform_daily")
+    [source] = event["inputs"]
+    assert source["name"] == trades_id
+    assert source["facets"]["version"]["datasetVersion"] == ingested["new_head"]  # the pinned head
+    [output] = event["outputs"]
+    assert (output["namespace"], output["name"]) == ("odf", daily_id)
+    assert "version" not in output["facets"] and "outputStatistics" not in output.get("outputFacets", {})
+    assert output["facets"]["dataQualityAssertions"]["assertions"] == [
+        {"assertion": "max", "success": False, "column": "volume", "severity": "error", "name": "volume.max",
+         "expected": "less_than 0", "actual": json.dumps(max(_daily_volumes(trades).values())), "params": {}},
+        {"assertion": "sql", "success": True, "severity": "error", "name": "has_rows", "expected": "true",
+         "actual": "1", "params": {}},
+    ]  # fmt: skip
