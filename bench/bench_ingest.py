@@ -3,11 +3,15 @@
 (a) Append ingest of a CSV (default 5,000,000 rows) through the whole provider path — engine request,
     read, event-time sort, offsets, Parquet, physical and logical hashes, commit — against a bare
     PySpark job that reads the same CSV with the same schema and writes Parquet. Target ratio <= 1.25.
+(o) Append ingest of a CSV already in event-time order (default 5,000,000 rows, three per second: ties),
+    which skips the sort (`engine/event_time_order`), against the bare CSV->Parquet job, paired per
+    round (median of the ratios); the same ingest with the sort (each read partition sorted) in the same
+    round must commit the same SetDataSchema and AddData bytes (hashes included): asserted. Target <= 1.3.
 (b) Snapshot merge of a 1,000,000-row snapshot with 10 % changes into a dataset whose history is 20
     slices vs one whose history is 1 slice. Target ratio <= 1.3 (the merge reads its checkpointed
     state, not the history). Also shown: the same merge with the state rebuilt from the slices.
 
-Usage: .venv/bin/python bench/bench_ingest.py [--case csv|snapshot|all] [--rows N] [--snapshot-rows N]
+Usage: .venv/bin/python bench/bench_ingest.py [--case csv|ordered|snapshot|all] [--rows N] [--snapshot-rows N]
 """
 
 from __future__ import annotations
@@ -17,15 +21,18 @@ import os
 import platform
 import random
 import shutil
+import statistics
 import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from airflow_odf.engine import event_time_order
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.format import model
+from airflow_odf.odf.format.flatbuffers_codec import encode_table
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
@@ -48,6 +55,78 @@ def write_trades_csv(path: Path, rows: int) -> None:
                 price, qty = rnd.uniform(1, 500), rnd.randrange(1, 1000)
                 lines.append(f"{t:%Y-%m-%dT%H:%M:%S}Z,{i},{rnd.choice(symbols)},{price:.2f},{qty}\n")
             f.write("".join(lines))
+
+
+def write_ordered_csv(path: Path, rows: int) -> None:
+    """Trades in event-time order, three per second (ties kept in input order by the offsets)."""
+    rnd = random.Random(42)
+    symbols = [f"SYM{i:03d}" for i in range(500)]
+    with path.open("w") as f:
+        f.write("event_time,id,symbol,price,qty\n")
+        for start in range(0, rows, 1_000_000):
+            lines = []
+            for i in range(start, min(rows, start + 1_000_000)):
+                t = BASE + timedelta(seconds=i // 3)
+                price, qty = rnd.uniform(1, 500), rnd.randrange(1, 1000)
+                lines.append(f"{t:%Y-%m-%dT%H:%M:%S}Z,{i},{rnd.choice(symbols)},{price:.2f},{qty}\n")
+            f.write("".join(lines))
+
+
+def _committed_events(dataset: Dataset) -> list[bytes]:
+    """The SetDataSchema and AddData events as encoded in their blocks."""
+    events = [b.event for _, b in reversed(list(dataset.iter_blocks()))]
+    return [encode_table(e) for e in events if isinstance(e, (model.SetDataSchema, model.AddData))]
+
+
+def bench_ordered(work: Path, rows: int, runner: LocalSparkRunner, rounds: int, csv: Path | None) -> None:
+    spark = get_session("local[*]")
+    if csv is None:
+        csv = work / "ordered.csv"
+        t0 = time.perf_counter()
+        write_ordered_csv(csv, rows)
+        print(f"(o) generated {rows:,} ordered rows in {time.perf_counter() - t0:.1f} s")
+    print(f"(o) {csv}: {csv.stat().st_size / 1e6:.0f} MB")
+    schema = "event_time TIMESTAMP, id BIGINT, symbol STRING, price DOUBLE, qty INT"
+    read = model.ReadStepCsv(header=True, ddl_schema=DDL)
+    system_time = Timestamp.parse("2024-06-01T00:00:00Z")
+    ratios, sort_ratios, reference = [], [], None
+    for attempt in range(rounds):
+        timings = {}
+        for label in ("bare", "skip", "sort") if attempt % 2 == 0 else ("sort", "skip", "bare"):
+            if label == "bare":
+                out = work / f"bare-{attempt}"
+                t0 = time.perf_counter()
+                spark.read.csv(str(csv), schema=schema, header=True).write.parquet(str(out))
+                timings[label] = time.perf_counter() - t0
+                shutil.rmtree(out)
+                continue
+            repo = _repo(work / f"repo-{label}-{attempt}")
+            dataset = _push_dataset(repo, "trades", read, model.MergeStrategyAppend())
+            options = IngestOptions(work_dir=work / f"cache-{label}-{attempt}", log=lambda _line: None)
+            event_time_order.SKIP_SORT = label == "skip"
+            try:
+                t0 = time.perf_counter()
+                result = push_ingest(dataset, "trades", runner, [csv], options, system_time=system_time)
+                timings[label] = time.perf_counter() - t0
+            finally:
+                event_time_order.SKIP_SORT = True
+            assert result.records == rows, result
+            events = _committed_events(dataset)
+            reference = reference or events
+            assert events == reference, f"{label}: other blocks than the first ingest's"
+            shutil.rmtree(repo.root, ignore_errors=True)
+        ratios.append(timings["skip"] / timings["bare"])
+        sort_ratios.append(timings["sort"] / timings["bare"])
+        print(
+            f"(o) round {attempt + 1}: bare {timings['bare']:.2f} s, ingest skipping the sort "
+            f"{timings['skip']:.2f} s ({ratios[-1]:.2f}), with the sort {timings['sort']:.2f} s "
+            f"({sort_ratios[-1]:.2f}), load {os.getloadavg()[0]:.1f}"
+        )
+    print(
+        f"(o) median paired ratio to bare: skipping the sort {statistics.median(ratios):.2f} "
+        f"(target <= 1.3), with the sort {statistics.median(sort_ratios):.2f}; "
+        "SetDataSchema and AddData identical in every ingest"
+    )
 
 
 def write_snapshot_csv(path: Path, rows: int, version: int) -> None:
@@ -155,7 +234,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--case", choices=("csv", "snapshot", "all"), default="all")
+    parser.add_argument("--case", choices=("csv", "ordered", "snapshot", "all"), default="all")
+    parser.add_argument("--rounds", type=int, default=3, help="(o): paired rounds")
+    parser.add_argument("--ordered-csv", type=Path, help="(o): an ordered CSV to use instead of generating")
     parser.add_argument("--rows", type=int, default=5_000_000)
     parser.add_argument("--snapshot-rows", type=int, default=1_000_000)
     parser.add_argument("--dir", help="scratch directory (default: a temporary one)")
@@ -171,6 +252,8 @@ def main() -> None:
     try:
         if args.case in ("csv", "all"):
             bench_csv(work, args.rows, runner, args.target_slice_mb * 1024 * 1024)
+        if args.case in ("ordered", "all"):
+            bench_ordered(work, args.rows, runner, args.rounds, args.ordered_csv)
         if args.case in ("snapshot", "all"):
             bench_snapshot(work, args.snapshot_rows, runner)
     finally:

@@ -18,12 +18,14 @@ from pyspark.sql import types as T
 
 from airflow_odf.engine.checks import evaluate_checks, failed, refuse_hostile_checks
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.event_time_order import write_if_in_order
 from airflow_odf.engine.merge import (
     ROW_COLUMN,
     keeps_state,
     load_state,
     merge,
     next_state,
+    orders_by_event_time,
     write_state,
     write_state_in_place,
 )
@@ -31,11 +33,13 @@ from airflow_odf.engine.preprocess import default_preprocess, run_queries, valid
 from airflow_odf.engine.readers import BAD_RECORDS_QUARANTINE, LINE_FORMATS, read_input
 from airflow_odf.engine.remote_files import is_uri
 from airflow_odf.engine.session import default_parallelism
+from airflow_odf.engine.slice_footer import WrittenSlice
 from airflow_odf.engine.spark_types import spark_to_arrow
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
     normalize_timestamps,
     parse_time,
+    with_event_time,
     with_system_columns,
     write_slices,
     write_slices_in_place,
@@ -63,7 +67,7 @@ def read_inputs(spark: SparkSession, request: dict[str, Any], vocab: Vocab) -> t
     """
     inputs = request["inputs"]
     read_schema = arrow_schema(request.get("read_schema"))
-    batch = len(inputs) > 1 and not request.get("preprocess") and request["read"].get("kind") in LINE_FORMATS
+    batch = _read_in_one_scan(request)
     groups = [inputs] if batch else [[item] for item in inputs]
     frames, quarantined = [], 0
     if request.get("bad_records") == BAD_RECORDS_QUARANTINE and is_uri(request["out_dir"]):
@@ -103,6 +107,16 @@ def read_inputs(spark: SparkSession, request: dict[str, Any], vocab: Vocab) -> t
             )
         first = first.unionByName(df)
     return first, quarantined
+
+
+def _read_in_one_scan(request: dict[str, Any]) -> bool:
+    """Several files of a line format without preprocess queries are read in one scan, whose partitions
+    Spark orders by size, not by file: their partition order is then not the input order."""
+    return (
+        len(request["inputs"]) > 1
+        and not request.get("preprocess")
+        and request["read"].get("kind") in LINE_FORMATS
+    )
 
 
 def _tag_rows(df: DataFrame, group: list[dict[str, Any]], *, first_index: int, by_file: bool) -> DataFrame:
@@ -156,6 +170,22 @@ def _num_partitions(spark: SparkSession, request: dict[str, Any], size: int) -> 
     return 1 if wanted <= 1 else min(wanted, 4 * default_parallelism(spark))
 
 
+def _merged(
+    new: DataFrame, state: DataFrame | None, request: dict[str, Any], vocab: Vocab
+) -> tuple[DataFrame, list[Column]]:
+    """The new rows validated, event time present, merged against `state`, data columns in input
+    order; and the order their offsets follow."""
+    strategy = request["merge"]
+    validate_input(new, strategy["kind"], vocab.to_json())
+    new = normalize_timestamps(new)
+    new = _with_event_time(new, vocab, arrow_schema(request.get("dataset_schema")))
+    merged = merge(strategy, new, state, vocab=vocab.to_json())
+    # joins may move key columns first: the data columns keep the order the input gives them
+    ordered = [c for c in new.columns if c in merged.data.columns]
+    data = merged.data.select(*ordered, *[c for c in merged.data.columns if c not in ordered])
+    return data, merged.sort_columns
+
+
 def ingest_output(
     new: DataFrame,
     state: DataFrame | None,
@@ -172,17 +202,10 @@ def ingest_output(
 
     `gather`: see `with_system_columns` (for a small input and no state: with a state joined in, the
     join would run in the one task too, however large the state)."""
-    strategy = request["merge"]
-    validate_input(new, strategy["kind"], vocab.to_json())
-    new = normalize_timestamps(new)
-    new = _with_event_time(new, vocab, arrow_schema(request.get("dataset_schema")))
-    merged = merge(strategy, new, state, vocab=vocab.to_json())
-    # joins may move key columns first: the data columns keep the order the input gives them
-    ordered = [c for c in new.columns if c in merged.data.columns]
-    data = merged.data.select(*ordered, *[c for c in merged.data.columns if c not in ordered])
+    data, sort_columns = _merged(new, state, request, vocab)
     return with_system_columns(
         data,
-        merged.sort_columns,
+        sort_columns,
         vocab=vocab,
         system_time=system_time,
         next_offset=next_offset,
@@ -212,23 +235,30 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     if new is None:
         return response
     size = _input_bytes(request)
-    output = ingest_output(
-        new,
-        state,
-        request,
-        vocab,
-        system_time=parse_time(request["system_time"]),
-        next_offset=request["next_offset"],
-        num_partitions=_num_partitions(spark, request, size),
-        gather=state is None and size <= _GATHER_BYTES,
-    )
-    spark_to_arrow(output.schema)  # a column Spark holds but Parquet/ODF cannot (an interval) fails here
+    num_partitions = _num_partitions(spark, request, size)
+    gather = state is None and size <= _GATHER_BYTES
     out_dir = request["out_dir"]
     in_place = is_uri(out_dir)
-    write = write_slices_in_place if in_place else write_slices
-    slices, schema = write(
-        output, out_dir, vocab=vocab, max_records_per_slice=request.get("max_records_per_slice")
-    )
+    written = None
+    if not (in_place or gather) and num_partitions == 1 and _may_be_in_order(request, state):
+        written = _write_if_in_order(new, request, vocab)
+    if written is None:
+        output = ingest_output(
+            new,
+            state,
+            request,
+            vocab,
+            system_time=parse_time(request["system_time"]),
+            next_offset=request["next_offset"],
+            num_partitions=num_partitions,
+            gather=gather,
+        )
+        spark_to_arrow(output.schema)  # a column Spark holds but Parquet/ODF cannot (an interval) fails here
+        write = write_slices_in_place if in_place else write_slices
+        written = write(
+            output, out_dir, vocab=vocab, max_records_per_slice=request.get("max_records_per_slice")
+        )
+    slices, schema = written
     response["output_schema"] = schema if in_place else _schema_text(schema)
     response["slices"] = [s.__dict__ for s in slices]
     ets = [s.max_event_time for s in slices if s.max_event_time]
@@ -250,6 +280,36 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             write_state(new_state, path, strategy)
             response["new_checkpoint_path"] = path
     return response
+
+
+def _may_be_in_order(request: dict[str, Any], state: DataFrame | None) -> bool:
+    """Whether the ingest's rows, as read, may already be in the order of their offsets: a merge that
+    orders by event time and joins no state, one slice, and partitions in input order."""
+    return (
+        state is None
+        and orders_by_event_time(request["merge"])
+        and not request.get("max_records_per_slice")
+        and not _read_in_one_scan(request)
+    )
+
+
+def _write_if_in_order(
+    new: DataFrame, request: dict[str, Any], vocab: Vocab
+) -> tuple[list[WrittenSlice], str] | None:
+    """The slice written without a sort if the rows are in event-time order as read (`event_time_order`),
+    else None."""
+    data, sort_columns = _merged(new, None, request, vocab)
+    data = with_event_time(data, vocab)
+    spark_to_arrow(data.drop(ROW_COLUMN, SOURCE_EVENT_TIME_COLUMN).schema)
+    return write_if_in_order(
+        data,
+        request["out_dir"],
+        vocab=vocab,
+        sort_columns=sort_columns,
+        hidden=(ROW_COLUMN, SOURCE_EVENT_TIME_COLUMN),
+        system_time=parse_time(request["system_time"]),
+        next_offset=request["next_offset"],
+    )
 
 
 def _schema_text(schema_file: str) -> str:

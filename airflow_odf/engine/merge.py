@@ -308,6 +308,11 @@ def _read_checkpoint(spark: SparkSession, s: _Strategy, path: str) -> DataFrame 
     return state.select(*[_c(c).alias(c, metadata={}) for c in state.columns])
 
 
+def orders_by_event_time(strategy: dict[str, Any]) -> bool:
+    """Whether the strategy's offsets follow event time, then input order (Append, Ledger)."""
+    return _Strategy.parse(strategy).kind in ("Append", "Ledger")
+
+
 def keeps_state(strategy: dict[str, Any]) -> bool:
     """Whether the strategy has a merge state to fold an ingest's output into (Append and ChangelogStream
     have none: their ingest need not read back what it wrote)."""

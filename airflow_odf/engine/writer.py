@@ -26,7 +26,7 @@ import itertools
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -109,13 +109,7 @@ def with_system_columns(
     the sorted rows are persisted — they are counted, written and folded into the merge state — until the
     request ends.
     """
-    et = F.col(f"`{vocab.event_time_column}`")
-    if SOURCE_EVENT_TIME_COLUMN in df.columns:
-        source_et = F.col(SOURCE_EVENT_TIME_COLUMN)
-        if isinstance(df.schema[vocab.event_time_column].dataType, T.DateType):
-            source_et = F.to_date(source_et)
-        et = F.coalesce(et, source_et)
-    df = df.withColumn(vocab.event_time_column, et)
+    df = with_event_time(df, vocab)
     if num_partitions <= 1 and (
         gather or (not is_connect(df.sparkSession) and df.rdd.getNumPartitions() == 1)
     ):
@@ -155,6 +149,17 @@ def with_system_columns(
     return result
 
 
+def with_event_time(df: DataFrame, vocab: Vocab) -> DataFrame:
+    """The rows' event time coalesced with their source's (the column holding it stays)."""
+    et = F.col(f"`{vocab.event_time_column}`")
+    if SOURCE_EVENT_TIME_COLUMN in df.columns:
+        source_et = F.col(SOURCE_EVENT_TIME_COLUMN)
+        if isinstance(df.schema[vocab.event_time_column].dataType, T.DateType):
+            source_et = F.to_date(source_et)
+        et = F.coalesce(et, source_et)
+    return df.withColumn(vocab.event_time_column, et)
+
+
 def _system_time_ms(system_time: datetime) -> datetime:
     return system_time.replace(microsecond=system_time.microsecond // 1000 * 1000)
 
@@ -168,6 +173,7 @@ def write_in_frame_order(
     next_offset: int,
     partition_keys: Future[list[PartitionKey | None] | None] | None = None,
     publish_to: PartsTarget | None = None,
+    accept: Callable[[list[str]], bool] | None = None,
 ) -> tuple[list[WrittenSlice], str] | None:
     """Writes `df` (event time, data columns, optionally `op`) as one slice, in the frame's order.
 
@@ -181,7 +187,8 @@ def write_in_frame_order(
     counting pass. The file is Spark's own but for the system columns: its encodings, its schema
     metadata, snappy. Returns the slice (none when the frame is empty) and a file holding the schema.
     `publish_to`: where the parts are published as Spark commits them, with `partition_keys` only
-    (`parts_publisher`).
+    (`parts_publisher`). `accept`: given the part files in the slice's order, whether to assemble them
+    (if not, nothing is assembled and None is returned).
     """
     frame = _parts_frame(df, vocab)
     parts_dir = os.path.join(out_dir, "parts")
@@ -199,7 +206,9 @@ def write_in_frame_order(
         parts_writer.parquet(parts_dir)
     keys = None if partition_keys is None else partition_keys.result()
     parts = None if partition_keys is not None and keys is None else _part_files(parts_dir, keys)
-    if parts is None:  # the partitions' order is unknown
+    if parts is not None and accept is not None and not accept(parts):
+        parts = None
+    if parts is None:  # the partitions' order is unknown, or not the one wanted
         shutil.rmtree(parts_dir, ignore_errors=True)
         return None
     target = os.path.join(out_dir, "data")
