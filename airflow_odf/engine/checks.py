@@ -3,8 +3,10 @@
 The slice files an ingest or transform just wrote are the view `candidate`; with `dataset`, the view
 `dataset` is the dataset's committed slices and the candidate. Each aggregation pass is one query (all
 column checks and boolean table checks over one relation: the slice is read once for them), each
-failing-rows query one more; the failing rows are asked for only for a check that failed. Every
-statement is checked by the SQL policy first, whatever the coordinator checked.
+failing-rows query one more; the failing rows are asked for only for a check that failed. A pass of
+distinct counts (`distinct`: a column) is counted exactly without Spark's aggregation by value where
+that pays (engine/exact_distinct.py), else by its query. Every statement is checked by the SQL policy
+first, whatever the coordinator checked.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
+from airflow_odf.engine.exact_distinct import count_distinct
 from airflow_odf.engine.py4j_errors import Py4JJavaError
 from airflow_odf.engine.spark_errors import spark_error_summary
 from airflow_odf.utils.sql_policy import SqlRefused, check_query
@@ -64,7 +67,7 @@ def evaluate_checks(
     try:
         results = []
         for one_pass in checks.get("passes", []):
-            [row] = _run(spark, one_pass["query"], f"checks over {one_pass['relation']}").collect()
+            row = _observed(spark, views, one_pass)
             for i, check in enumerate(one_pass["checks"]):
                 observed = _plain(row[i])
                 success = _meets(observed, check.get("conditions", []))
@@ -85,6 +88,24 @@ def evaluate_checks(
     finally:
         for name in views:
             spark.catalog.dropTempView(name)
+
+
+def _observed(spark: SparkSession, views: dict[str, DataFrame], one_pass: dict[str, Any]) -> list[Any]:
+    """The pass's observed values, one per check: a `distinct` pass counted exactly without Spark's
+    aggregation by value where that pays (`exact_distinct`), any other by its query."""
+    column, frame = one_pass.get("distinct"), views.get(one_pass["relation"])
+    kinds = [check.get("check") for check in one_pass["checks"]]
+    if column is not None and frame is not None and set(kinds) <= {"distinct_check", "unique_check"}:
+        try:
+            counts = count_distinct(frame, column)
+        except (PySparkException, Py4JJavaError) as e:
+            raise EngineInputError(
+                "sql", f"the distinct count of '{column}' failed: {spark_error_summary(e)}"
+            ) from None
+        if counts is not None:
+            values, distinct = counts
+            return [distinct if kind == "distinct_check" else values - distinct for kind in kinds]
+    return list(_run(spark, one_pass["query"], f"checks over {one_pass['relation']}").collect()[0])
 
 
 def failed(results: list[dict[str, Any]]) -> bool:

@@ -216,6 +216,43 @@ def test_unique_across_history(env: Env) -> None:
     )
 
 
+def test_distinct_counts_stay_exact_when_hashes_collide(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine counts distinct values from 64-bit hashes (engine/exact_distinct.py): with every hash
+    forced into 2 buckets, the counts and the failing rows are still exact (also across history)."""
+    from pyspark.sql import functions as F
+
+    from airflow_odf.engine import exact_distinct
+
+    monkeypatch.setattr(exact_distinct, "_hash", lambda c: F.pmod(F.xxhash64(c), F.lit(2)))
+    checks = {
+        "columns": {
+            "symbol": {"unique_check": {"equal_to": 0}, "distinct_check": {"equal_to": 5}},
+            "id": {"unique_check": {"equal_to": 0, "scope": "dataset"}},
+        }
+    }
+    symbols = ["A", "B", "C", "D", "E"]
+    passed = env.push([f"2024-01-02T00:0{k}:00Z,{k},{s},1,1" for k, s in enumerate(symbols)], checks=checks)
+    assert [(c["name"], c["observed"], c["success"]) for c in passed.as_dict()["checks"]] == [
+        ("symbol.unique_check", 0, True),
+        ("symbol.distinct_check", 5, True),
+        ("id.unique_check", 0, True),
+    ]
+    before = env.snapshot()
+    again = ["A", "B", "C", "A", "D", "E", "A"]  # A three times: 2 values repeat one before them
+    rows = [f"2024-01-03T00:0{k}:00Z,{10 + k},{s},1,1" for k, s in enumerate(again)]
+    rows[1] = "2024-01-03T00:01:00Z,4,B,1,1"  # id 4 is in the history
+    with pytest.raises(ChecksFailed) as caught:
+        env.push(rows, checks=checks)
+    results = {r.name: r for r in caught.value.results}
+    assert results["symbol.distinct_check"].observed == 5 and results["symbol.distinct_check"].success
+    unique = results["symbol.unique_check"]
+    assert unique.observed == 2 and not unique.success
+    assert sorted(r["id"] for r in unique.failing_rows) == [10, 13, 16]
+    history = results["id.unique_check"]
+    assert history.observed == 1 and [r["id"] for r in history.failing_rows] == [4]
+    assert env.snapshot() == before
+
+
 def test_failing_rows_are_a_sample_of_ten(env: Env) -> None:
     rows = [f"2024-01-02T00:00:{i:02d}Z,{i},A,-{i + 1},1" for i in range(25)]
     with pytest.raises(ChecksFailed) as caught:
@@ -342,4 +379,21 @@ def test_the_warm_engine_evaluates_the_same_checks(
     failed = {r.name: r for r in caught.value.failed}
     assert set(failed) == {"price.min"}  # id 1 again, but unique_check reads the candidate alone here
     assert failed["price.min"].failing_rows[0]["price"] == -1.0
+    assert env.snapshot() == before
+    # a repeated value: its hash repeats, and the engine recounts those rows on the server
+    with pytest.raises(ChecksFailed) as caught:
+        env.push(
+            [
+                "2024-01-04T00:00:00Z,5,ACME,1,1",
+                "2024-01-04T00:00:00Z,6,INIT,1,1",
+                "2024-01-04T00:00:00Z,7,ACME,1,1",
+            ],
+            checks={
+                "columns": {"symbol": {"unique_check": {"equal_to": 0}, "distinct_check": {"equal_to": 2}}}
+            },
+        )
+    results = {r.name: r for r in caught.value.results}
+    assert results["symbol.distinct_check"].observed == 2 and results["symbol.distinct_check"].success
+    assert results["symbol.unique_check"].observed == 1
+    assert sorted(r["id"] for r in results["symbol.unique_check"].failing_rows) == [5, 7]
     assert env.snapshot() == before

@@ -142,26 +142,32 @@ def test_the_request_evaluates_each_relation_in_one_pass(tmp_path: Path) -> None
     path.write_text(FILE)
     plain = checks_request(read_checks_file(path), ["/repo/data/a", "/repo/data/b"])
     assert plain["dataset"] and plain["dataset_paths"] == ["/repo/data/a", "/repo/data/b"]
-    candidate, dataset = plain["passes"]
+    candidate, symbol, dataset = plain["passes"]
     assert candidate["relation"] == "candidate" and dataset["relation"] == "dataset"
     assert candidate["query"] == (
         "SELECT\n"
         "  COUNT(*) - COUNT(`trade_id`) AS `c0`,\n"
         "  MIN(`price`) AS `c1`,\n"
         "  MAX(`price`) AS `c2`,\n"
-        "  COUNT(DISTINCT `symbol`) AS `c3`,\n"
-        "  COALESCE(MIN(CASE WHEN (\nquantity > 0\n) THEN 1 ELSE 0 END), 1) AS `c4`,\n"
-        "  CASE WHEN (\nCOUNT(*) >= 100\n) THEN 1 ELSE 0 END AS `c5`\n"
+        "  COALESCE(MIN(CASE WHEN (\nquantity > 0\n) THEN 1 ELSE 0 END), 1) AS `c3`,\n"
+        "  CASE WHEN (\nCOUNT(*) >= 100\n) THEN 1 ELSE 0 END AS `c4`\n"
         "FROM candidate"
     )
+    assert "distinct" not in candidate
     assert [c["failing_rows"] for c in candidate["checks"]] == [
         "SELECT * FROM candidate WHERE `trade_id` IS NULL",
         "SELECT * FROM candidate WHERE `price` <= 0",
         "SELECT * FROM candidate WHERE `price` > 1100.0",
-        None,
         "SELECT * FROM candidate WHERE NOT COALESCE((\nquantity > 0\n), FALSE)",
         None,
     ]
+    # each column's distinct counts in a pass of their own, which the engine may count without the query
+    assert symbol["distinct"] == "symbol" and symbol["relation"] == "candidate"
+    assert symbol["query"] == "SELECT\n  COUNT(DISTINCT `symbol`) AS `c0`\nFROM candidate"
+    assert [(c["name"], c["check"], c["failing_rows"]) for c in symbol["checks"]] == [
+        ("symbol.distinct_check", "distinct_check", None)
+    ]
+    assert dataset["distinct"] == "trade_id"
     assert (
         dataset["query"] == "SELECT\n  COUNT(`trade_id`) - COUNT(DISTINCT `trade_id`) AS `c0`\nFROM dataset"
     )
@@ -176,7 +182,7 @@ def test_the_request_evaluates_each_relation_in_one_pass(tmp_path: Path) -> None
             "query": "SELECT * FROM candidate WHERE event_time > current_timestamp()",
         }
     ]
-    # a second column with a distinct count gets a pass of its own (no row expanded per column)
+    # every column with a distinct count gets a pass of its own (no row expanded per column)
     two = checks_request(
         resolve_suite(
             {
@@ -187,9 +193,10 @@ def test_the_request_evaluates_each_relation_in_one_pass(tmp_path: Path) -> None
             }
         )
     )
-    assert [[c["name"] for c in p["checks"]] for p in two["passes"]] == [
-        ["a.unique_check", "b.min"],
-        ["b.distinct_check"],
+    assert [(p.get("distinct"), [c["name"] for c in p["checks"]]) for p in two["passes"]] == [
+        (None, ["b.min"]),
+        ("a", ["a.unique_check"]),
+        ("b", ["b.distinct_check"]),
     ]
     # without a check of the whole dataset, its slices are not sent
     assert checks_request(resolve_suite(None, ["a=x > 0"]), ["/repo/data/a"])["dataset_paths"] == []

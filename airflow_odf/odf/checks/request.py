@@ -5,8 +5,8 @@ here, before anything runs, and the engine judges it again before `spark.sql`:
 
 - one aggregation pass per relation (`candidate`; `dataset` when a check reads the history): every column
   check and every boolean table check is one expression of a single `SELECT ... FROM relation`, so the
-  slice is read once for all of them — plus one pass per further column with a distinct count
-  (`_pass_groups`);
+  slice is read once for all of them — except the distinct counts: a pass per column with one, marked
+  `distinct` so that the engine may count exactly without Spark's aggregation (`_pass_groups`);
 - one query per table check that returns failing rows.
 
 Each check carries the conditions its observed value must meet (tolerance applied) and, where one is
@@ -137,19 +137,24 @@ def _relations(check: Check) -> list[str]:
     return [CANDIDATE, DATASET] if check.scope == DATASET else [CANDIDATE]
 
 
-def _pass_groups(members: list[Check]) -> list[list[Check]]:
-    """The checks of one relation in as few passes as Spark evaluates well: every check in one, except
-    that each column with a distinct-count check (`distinct_check`, `unique_check`) beyond the first
-    gets a pass of its own — Spark evaluates distinct counts of several columns in one query by
-    expanding every row once per column, which costs more than reading the slice again."""
+def _pass_groups(members: list[Check]) -> list[tuple[str | None, list[Check]]]:
+    """The checks of one relation in as few passes as Spark evaluates well, each with the column whose
+    distinct count it is (or None): every check without a distinct count in one pass, and the
+    distinct-count checks (`distinct_check`, `unique_check`) of each column in a pass of their own —
+    which an engine may answer without the query, by an exact count of its own (engine/exact_distinct.py),
+    and which Spark would otherwise evaluate for several columns in one query by expanding every row
+    once per column."""
     distinct = list(dict.fromkeys(c.column for c in members if c.check in _DISTINCT_CHECKS))
-    first = [c for c in members if c.check not in _DISTINCT_CHECKS or c.column == distinct[0]]
-    rest = [[c for c in members if c.check in _DISTINCT_CHECKS and c.column == col] for col in distinct[1:]]
-    return [group for group in [first, *rest] if group]
+    plain = [c for c in members if c.check not in _DISTINCT_CHECKS]
+    groups = [
+        (col, [c for c in members if c.check in _DISTINCT_CHECKS and c.column == col]) for col in distinct
+    ]
+    return [(None, plain)] * bool(plain) + groups
 
 
-def _pass(relation: str, members: list[Check]) -> dict[str, Any]:
-    """One aggregation over `relation`: a column per check, with its conditions and failing rows."""
+def _pass(relation: str, members: list[Check], distinct: str | None = None) -> dict[str, Any]:
+    """One aggregation over `relation`: a column per check, with its conditions and failing rows;
+    `distinct`: the column whose distinct count every check of the pass reads."""
     items, entries = [], []
     for i, check in enumerate(members):
         conditions = engine_conditions(check)
@@ -158,12 +163,16 @@ def _pass(relation: str, members: list[Check]) -> dict[str, Any]:
             {
                 "name": check.name,
                 "column": check.column,
+                "check": check.check,
                 "conditions": conditions,
                 "failing_rows": _failing_rows(check, conditions),
             }
         )
     query = "SELECT\n" + ",\n".join(items) + f"\nFROM {relation}"
-    return {"relation": relation, "query": query, "checks": entries}
+    one: dict[str, Any] = {"relation": relation, "query": query, "checks": entries}
+    if distinct is not None:
+        one["distinct"] = distinct
+    return one
 
 
 def check_suite_sql(suite: CheckSuite) -> None:
@@ -184,7 +193,7 @@ def checks_request(suite: CheckSuite, dataset_paths: list[str] | None = None) ->
     passes: list[dict[str, Any]] = []
     for relation in (CANDIDATE, DATASET):
         members = [c for c in suite.checks if _relation(c) == relation and c.check != TABLE_QUERY]
-        passes += [_pass(relation, group) for group in _pass_groups(members)]
+        passes += [_pass(relation, group, column) for column, group in _pass_groups(members)]
     queries = [
         {"name": c.name, "relation": _relation(c), "query": c.statement}
         for c in suite.checks
