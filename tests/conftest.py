@@ -14,6 +14,7 @@ import pytest
 
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.engine_client.connect_server import ConnectServer
+from tests.airflow_db import fresh_db
 from tests.paths import HOW_TO_GET_SHARED, REPO, REQUIRE_SHARED, missing_shared
 
 #: the per-environment cache of the suite (scripts/ensure-env fills it): `<venv>/odf-cache`
@@ -70,3 +71,16 @@ def connect_url() -> Iterator[str]:
     url = server.start()
     yield url
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> None:
+    """A fresh metadata DB for `dag.test()`, once per session: a copy of the environment's migrated one
+    (tests/airflow_db.py), put in place of the file Airflow's engine points at once it holds no
+    connection to it."""
+    from airflow import settings
+
+    database = settings.engine.url.database
+    assert settings.engine.url.get_backend_name() == "sqlite" and database, settings.engine.url
+    settings.engine.dispose()
+    fresh_db(Path(database))

@@ -1,5 +1,5 @@
-"""The Airflow-layer tests: a migrated SQLite metadata DB (once per session), repositories through
-`odf_repo` connections given as environment variables, and the shared local SparkSession."""
+"""The Airflow-layer tests: a migrated SQLite metadata DB (`airflow_db`, tests/conftest.py), repositories
+through `odf_repo` connections given as environment variables, and the shared local SparkSession."""
 
 from __future__ import annotations
 
@@ -10,14 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.engine.conftest import spark  # noqa: F401  (the shared SparkSession fixture)
-
-
-@pytest.fixture(scope="session")
-def airflow_db() -> None:
-    """A fresh metadata DB for `dag.test()` (about 10 s, once)."""
-    from airflow.utils import db
-
-    db.resetdb()
 
 
 @pytest.fixture

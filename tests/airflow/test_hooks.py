@@ -456,6 +456,7 @@ def test_command_and_on_kill_of_a_running_spark_submit(
     from airflow_odf.hooks.spark_engine import SparkSubmitEngineRunner
 
     monkeypatch.setenv("AIRFLOW_CONN_SPARK_ODF_KILL", json.dumps({"conn_type": "spark", "host": "local[1]"}))
+    monkeypatch.setenv("ODF_CACHE_DIR", str(tmp_path / "cache"))  # not the suite's: no class archive in it
     runner = SparkSubmitEngineRunner("spark_odf_kill", conf={"spark.driver.memory": "512m"}, name="odf-kill")
     work = tmp_path / "operations" / "op1"
     work.mkdir(parents=True)

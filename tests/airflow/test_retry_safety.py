@@ -31,6 +31,7 @@ from airflow_odf.odf.chain.data_access import tail
 from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.operators.base import RUN_EXTRA_KEY
+from tests.airflow_db import fresh_db
 from tests.paths import REPO
 
 DAG_ID = "odf_retry_safety"
@@ -227,10 +228,7 @@ class AirflowHome:
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
-        airflow = Path(sys.executable).parent / "airflow"
-        subprocess.run(
-            [str(airflow), "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300
-        )
+        fresh_db(root / "home" / "airflow.db")  # what `airflow db migrate` makes, copied
 
     def dag_run(self, repo: Path, data: Path, *, kill: str = "", retry: bool = False) -> Any:
         """One `dag.test()` of the DAG run in a child process; its result, or the CompletedProcess."""

@@ -19,13 +19,6 @@ pytestmark = pytest.mark.skipif(shutil.which("spark-submit") is None, reason="sp
 SPARK_INFO = re.compile(r"\d\d/\d\d/\d\d \d\d:\d\d:\d\d INFO [\w$.]+: ")
 
 
-@pytest.fixture(scope="module")
-def airflow_db() -> None:
-    from airflow.utils import db
-
-    db.resetdb()
-
-
 @pytest.mark.usefixtures("airflow_db")
 def test_trades_pipeline_through_spark_submit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]

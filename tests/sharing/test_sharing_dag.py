@@ -11,7 +11,7 @@ import pytest
 from airflow_odf.odf.chain.dataset import Dataset
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
-from tests.airflow.conftest import airflow_db, odf_repo  # noqa: F401  (fixtures)
+from tests.airflow.conftest import odf_repo  # noqa: F401  (a fixture)
 from tests.airflow.dag_runs import asset_events, load_dag, task_states, xcom
 from tests.engine.conftest import spark  # noqa: F401  (the shared SparkSession fixture)
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
