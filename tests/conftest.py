@@ -36,6 +36,47 @@ os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="odf-config-")
 os.environ.pop("ODF_KEYS_DIR", None)
 
 
+#: The `slow` tier: tests over about 10 s on a quiet 2-core machine, each of which starts JVMs, servers or
+#: Airflow processes of its own (or runs hundreds of concurrent rounds). `pytest -m "not slow"` leaves them
+#: out (the inner loop); `./scripts/test` and CI run everything. A node-id prefix: a folder, a module, a
+#: test (all its parameters). Listed here, not on the tests, so one place says what the inner loop skips.
+SLOW = (
+    "tests/cluster/",  # a standalone cluster and moto for the session, a spark-submit per command
+    "tests/deployment/",  # a real scheduler, API server and PostgreSQL
+    "tests/airflow/test_asset_events_and_links.py::test_a_committing_run_emits_one_event_per_dataset",
+    "tests/airflow/test_batching_dag.py::test_batching_dag_transforms_once_per_batch",
+    "tests/airflow/test_connect_retry.py::test_a_server_",
+    "tests/airflow/test_connect_retry.py::test_an_unreachable_server_fails_the_try",
+    "tests/airflow/test_overlapping_runs.py::",
+    "tests/airflow/test_retry_safety.py::",
+    "tests/engine/test_connect_engine.py::test_spark_submit_gives_the_same_datasets_as_local_and_connect",
+    "tests/integration/test_airflow_spark_submit.py::",
+    "tests/integration/test_connect_failures.py::test_a_server_",
+    "tests/integration/test_engine_warm_up.py::test_warm_up_makes_the_archive",
+    "tests/integration/test_kill_cleanup.py::test_a_killed_task_leaves_no_spark_process",
+    "tests/integration/test_overlapping_writers.py::test_odf_pull_in_three_processes",
+    "tests/integration/test_schemas_doc_session.py::",
+    "tests/integration/test_spark_install.py::test_local_spark_installs_each_file_once",
+    "tests/integration/test_spark_log_level.py::test_spark_logs_at_warn_by_default",
+    "tests/integration/test_spark_submit.py::test_push_ingest_through_spark_submit",
+    "tests/sharing/test_s3_in_place.py::test_a_connect_server_started_with_s3a",
+    "tests/sharing/test_s3_in_place.py::test_push_ingest_writes_and_hashes_in_the_bucket",
+    "tests/sharing/test_s3_in_place_failures.py::test_an_s3_error_while_the_engine_stages",
+    "tests/sharing/test_s3_races.py::test_ingest_compact_gc_and_rename_at_once",
+    "tests/sharing/test_s3a_engine.py::test_spark_submit_engine_ingests_into_an_s3_repository",
+    "tests/sharing/test_sharing_dag.py::",
+    "tests/unit/test_races.py::test_renames_deletes_and_gc_at_once",
+    "tests/unit/test_races.py::test_ingest_compact_gc_and_rename_at_once",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks the tests of `SLOW` with `slow`."""
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Under ODF_REQUIRE_SHARED=1 (CI) the tests of the shared reference material may not be skipped: a
     shared folder that is absent or incomplete stops the run before any test, with one message."""
