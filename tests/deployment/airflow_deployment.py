@@ -3,9 +3,11 @@
 runs them; driven through the api-server's REST API (`/api/v2`) with a token of the simple auth manager.
 
 Its DAG folder holds links to the example DAGs the tests run (an example resolves its manifests and data
-beside its real file) and the tests' own sensor DAG. Every ODF task runs on the warm engine: the
-`spark_default` connection is of type `spark_connect`, pointing at a Spark Connect server. The repository
-connection `odf_default` lives in the metadata DB, so a test can point it at a fresh repository.
+beside its real file) and the tests' own DAGs (tests/deployment/dags). Every ODF task runs on the warm
+engine: the `spark_default` connection is of type `spark_connect`, pointing at a Spark Connect server. The
+repository connection `odf_default` lives in the metadata DB, so a test can point it at a fresh repository.
+OpenLineage is on in every component, configured as an operator would (`AIRFLOW__OPENLINEAGE__*`): the
+file transport, one JSON event a line in `openlineage.jsonl` beside the DAG folder.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class AirflowDeployment:
         self.port = free_port("127.0.0.1")
         self.url = f"http://127.0.0.1:{self.port}"
         self.password = secrets.token_urlsafe(16)
+        self.openlineage = root / "openlineage.jsonl"
         passwords = self.home / "passwords.json"
         passwords.write_text(json.dumps({USER: self.password}), encoding="utf-8")
         host, port = connect_url.removeprefix("sc://").rsplit(":", 1)
@@ -101,6 +104,12 @@ class AirflowDeployment:
                 {"conn_type": "spark_connect", "host": f"sc://{host}", "port": int(port)}
             ),
             "SPARK_LOCAL_IP": "127.0.0.1",
+            # OpenLineage to a file, as docs/lineage.md configures it; a busy machine: wait for each event
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(self.openlineage), "append": True}
+            ),
+            "AIRFLOW__OPENLINEAGE__NAMESPACE": "odf-deployment-test",
+            "AIRFLOW__OPENLINEAGE__EXECUTION_TIMEOUT": "120",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
@@ -209,6 +218,13 @@ class AirflowDeployment:
             parts.append(f"--- {path.name}\n" + "\n".join(tail))
         return "\n".join(parts)
 
+    def openlineage_events(self, job: str, event_type: str) -> list[dict[str, Any]]:
+        """The OpenLineage events of type `event_type` (START, COMPLETE, FAIL) of job `<dag>.<task>`."""
+        if not self.openlineage.exists():
+            return []
+        events = [json.loads(line) for line in self.openlineage.read_text().splitlines() if line.strip()]
+        return [e for e in events if e["eventType"] == event_type and e["job"]["name"] == job]
+
     def task_log(self, dag_id: str, run_id: str, task_id: str) -> str:
         """The task's log files (every try), as the workers wrote them."""
         folder = self.home / "logs" / f"dag_id={dag_id}" / f"run_id={run_id}" / f"task_id={task_id}"
@@ -282,6 +298,28 @@ class AirflowDeployment:
             return states if all(s in FINISHED for s in states.values()) else None
 
         return self.wait_for(finished, f"runs {run_ids} of {dag_id} to finish", timeout=timeout)
+
+    def task_instance(self, dag_id: str, run_id: str, task_id: str) -> dict[str, Any]:
+        return self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}")
+
+    def task_log_through_the_api(self, dag_id: str, run_id: str, task_id: str, try_number: int) -> str:
+        """A try's log as a user reads it (GET .../logs/{try_number}): each entry's message, with the
+        error details of an exception."""
+        path = f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+        content = self.api("GET", path, params={"full_content": True})["content"]
+        lines = []
+        for entry in content:
+            if not isinstance(entry, dict):
+                lines.append(str(entry))
+                continue
+            lines.append(str(entry.get("event", "")))
+            for detail in entry.get("error_detail") or []:
+                lines.append(f"{detail.get('exc_type')}: {detail.get('exc_value')}")
+        return "\n".join(lines)
+
+    def queued_asset_events(self, dag_id: str) -> list[dict[str, Any]]:
+        """The asset events waiting to start a run of an asset-scheduled DAG."""
+        return self.api("GET", f"dags/{dag_id}/assets/queuedEvents")["queued_events"]
 
     def task_states(self, dag_id: str, run_id: str) -> dict[str, str]:
         instances = self.api("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"]

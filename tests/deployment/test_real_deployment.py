@@ -8,12 +8,20 @@ as separate processes on PostgreSQL, runs started through the REST API, every OD
 - Three runs of example DAG 1 at once all succeed, and every trade is in the dataset exactly once.
 - The example DAGs that need only the repository and the warm engine, started through the REST API
   with no logical date (as the UI starts them), succeed.
+- Quality gate (issue 36): a push whose checks pass commits, its XCom and its OpenLineage COMPLETE
+  event carry the checks' results, and its asset event starts the follower DAG; a push whose checks fail
+  fails at once (try 1 of 3), leaves the head where it was, emits no asset event, so the follower gets
+  no run, the failing rows are in the task log read through the REST API, and its FAIL event carries the
+  failed assertions without an output version.
+- A Spark Connect server restarted while a task's request runs on it: the first try fails in one line
+  naming the server, Airflow retries it, and the retry commits the data exactly once.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 import time
@@ -21,11 +29,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from airflow_odf.odf.chain.data_access import tail
 from airflow_odf.odf.chain.dataset import Dataset
+from airflow_odf.odf.engine_client.connect_server import ConnectServer, free_port
 from airflow_odf.odf.format import model
+from airflow_odf.odf.format.manifests import load_manifests
 from airflow_odf.odf.repo.repository import Repository
+from airflow_odf.operators.base import RUN_EXTRA_KEY
 from tests.deployment.airflow_deployment import AirflowDeployment
+from tests.integration.test_connect_failures import STOPPED_PROBLEMS
 from tests.paths import REPO
 
 PIPELINE = "odf_trades_pipeline"
@@ -299,3 +313,207 @@ def test_example_dags_started_through_the_rest_api_without_a_logical_date_succee
     assert compacted["verified"] and compacted["slices_after"] < compacted["slices_before"]
     # enabled, the weekly compaction also scheduled a run of its own: none may outlive this test
     airflow.pause_and_settle(*STARTED_BY_HAND, *AFTERWARDS)
+
+
+GATE, GATE_FOLLOWER = "odf_deployment_gate", "odf_deployment_gate_follower"
+RESTART = "odf_deployment_restart"
+
+
+def _csv_root(name: str, columns: list[str]) -> dict[str, Any]:
+    """The manifest of a root dataset with a CSV push source of `columns` (DDL)."""
+    source = {"kind": "Csv", "header": True, "ddlSchema": columns}
+    return {
+        "kind": "DatasetSnapshot",
+        "version": 1,
+        "content": {
+            "name": name,
+            "kind": "Root",
+            "metadata": [
+                {
+                    "kind": "AddPushSource",
+                    "sourceName": "default",
+                    "read": source,
+                    "merge": {"kind": "Append"},
+                }
+            ],
+        },
+    }
+
+
+def _new_repository(root: Path, manifest: dict[str, Any]) -> Dataset:
+    """A repository at `root` holding the dataset of `manifest` (JSON is YAML)."""
+    repo = Repository.init(root)
+    [snapshot] = load_manifests(json.dumps(manifest))
+    repo.add(snapshot.content)
+    return repo.dataset(manifest["content"]["name"])
+
+
+def _assertions(checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The dataQualityAssertions of a task's `checks` (docs/lineage.md), as the file transport writes them."""
+    return [
+        {
+            "assertion": c["check"],
+            "success": c["success"],
+            **({"column": c["column"]} if c["column"] else {}),
+            "severity": "error",
+            "name": c["name"],
+            "expected": c["expected"],
+            "actual": json.dumps(c["observed"]),
+            "params": {},
+        }
+        for c in checks
+    ]
+
+
+def test_a_failing_check_stops_the_slice_and_the_follower_and_a_passing_one_reports_its_checks(
+    airflow: AirflowDeployment, tmp_path: Path
+) -> None:
+    """Issue 36, quality gates in a real deployment."""
+    root = tmp_path / "repo"
+    readings = _new_repository(
+        root, _csv_root("com.example.gate.readings", ["meter_id STRING", "kwh DOUBLE"])
+    )
+    airflow.set_repository(root)
+    airflow.enable(GATE, GATE_FOLLOWER)
+    good, bad = tmp_path / "good.csv", tmp_path / "bad.csv"
+    good.write_text("meter_id,kwh\nM-001,12.5\nM-002,7.25\n", encoding="utf-8")
+    bad.write_text("meter_id,kwh\nM-003,-4.0\n,3.5\nM-004,1.0\n", encoding="utf-8")
+    job = f"{GATE}.push"
+
+    # the passing push: committed, its checks in the XCom and in OpenLineage, the follower started
+    run_id = airflow.trigger(GATE, conf={"file": str(good)})
+    assert airflow.wait_for_runs(GATE, [run_id]) == {run_id: "success"}, airflow.failures(GATE, run_id)
+    pushed = airflow.xcom(GATE, run_id, "push")
+    head = str(readings.head())
+    assert pushed["new_head"] == head and pushed["records"] == 2 == readings.state().num_records
+    assert [(c["name"], c["column"], c["success"], c["observed"]) for c in pushed["checks"]] == [
+        ("meter_id.null_check", "meter_id", True, 0),
+        ("kwh.min", "kwh", True, 7.25),
+        ("not_empty", None, True, 1),
+    ]
+    [complete] = airflow.wait_for(lambda: airflow.openlineage_events(job, "COMPLETE"), "the COMPLETE event")
+    [output] = complete["outputs"]
+    assert (output["namespace"], output["name"]) == ("odf", _uri(readings).removeprefix("odf://"))
+    assert output["facets"]["version"]["datasetVersion"] == head
+    assert output["outputFacets"]["outputStatistics"]["rowCount"] == 2
+    assert output["facets"]["dataQualityAssertions"]["assertions"] == _assertions(pushed["checks"])
+
+    def follower_runs() -> list[dict[str, Any]]:
+        # (not the event's created_dagruns: Airflow 3.3's endpoint fails on a run not yet started)
+        return airflow.api("GET", f"dags/{GATE_FOLLOWER}/dagRuns")["dag_runs"]
+
+    [created] = airflow.wait_for(follower_runs, f"the push's event to start {GATE_FOLLOWER}", timeout=60)
+    follower = created["dag_run_id"]
+    assert created["run_type"] == "asset_triggered"
+    assert airflow.wait_for_runs(GATE_FOLLOWER, [follower]) == {follower: "success"}
+    assert airflow.xcom(GATE_FOLLOWER, follower, "heads_seen") == [head]
+    [event] = airflow.asset_events(GATE, run_id)  # once the run it started has started
+    assert (event["uri"], event["extra"]["head"]) == (_uri(readings), head)
+    assert [r["run_id"] for r in event["created_dagruns"]] == [follower]
+
+    # the failing push: try 1 of 3 failed for good, nothing committed, no event, no follower run
+    run_id = airflow.trigger(GATE, conf={"file": str(bad), "event_time": "2024-02-03T00:00:00Z"})
+    assert airflow.wait_for_runs(GATE, [run_id]) == {run_id: "failed"}
+    ti = airflow.task_instance(GATE, run_id, "push")
+    assert (ti["state"], ti["try_number"], ti["max_tries"]) == ("failed", 1, 2)  # retries left, none made
+    assert str(readings.head()) == head and readings.state().num_records == 2
+    assert airflow.asset_events(GATE, run_id) == []
+    assert airflow.queued_asset_events(GATE_FOLLOWER) == []  # nothing for the scheduler to start
+    runs = airflow.api("GET", f"dags/{GATE_FOLLOWER}/dagRuns")["dag_runs"]
+    assert [r["dag_run_id"] for r in runs] == [follower]
+
+    log = airflow.task_log_through_the_api(GATE, run_id, "push", 1)
+    for line in (
+        "com.example.gate.readings: 2 of 3 check(s) failed; nothing was committed",
+        "check 'meter_id.null_check' (null_check of meter_id) failed: observed 1, expected equal_to 0; "
+        "1 failing row(s) shown",
+        "check 'kwh.min' (min of kwh) failed: observed -4.0, expected geq_to 0; 1 failing row(s) shown",
+        "failing rows of 'meter_id.null_check':",
+        "failing rows of 'kwh.min':",
+    ):
+        assert line in log, log[-4000:]
+    rows = [json.loads(line) for line in log.splitlines() if line.startswith("  {")]
+    assert [(r["offset"], r["meter_id"], r["kwh"]) for r in rows] == [(3, None, 3.5), (2, "M-003", -4.0)]
+
+    [fail] = airflow.wait_for(lambda: airflow.openlineage_events(job, "FAIL"), "the FAIL event")
+    [output] = fail["outputs"]
+    assert "version" not in output["facets"] and "outputStatistics" not in output.get("outputFacets", {})
+    assertions = output["facets"]["dataQualityAssertions"]["assertions"]
+    assert [(a["name"], a["success"], a["actual"]) for a in assertions] == [
+        ("meter_id.null_check", False, "1"),
+        ("kwh.min", False, "-4.0"),
+        ("not_empty", True, "1"),
+    ]
+    airflow.pause_and_settle(GATE, GATE_FOLLOWER)
+
+
+RESTART_ROWS = 200_000  # enough work that the request still runs when the server is restarted
+
+
+def test_a_connect_server_restarted_during_a_task_is_retried_to_success(
+    airflow: AirflowDeployment, tmp_path: Path
+) -> None:
+    """Issue 36: restarting the warm engine failed every task in flight for good, with a Java stack. The
+    server here is this test's own (restarting the session's would disturb the other tests), its Spark
+    UI on so that the test sees the first try's job running before it restarts the server."""
+    root = tmp_path / "repo"
+    rows = _new_repository(root, _csv_root("com.example.restart.rows", ["id BIGINT", "name STRING"]))
+    data = tmp_path / "rows.csv"
+    with data.open("w", encoding="utf-8") as f:
+        f.write("id,name\n")
+        f.writelines(f"{i},name-{i % 1000}\n" for i in range(RESTART_ROWS))
+    ui = f"http://127.0.0.1:{free_port('127.0.0.1')}"
+    server = ConnectServer(
+        "local[2]",
+        port=free_port("127.0.0.1"),
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.ui.enabled": "true",
+            "spark.ui.port": ui.rsplit(":", 1)[1],
+        },
+    )
+    server.start()
+    try:
+        airflow.set_repository(root)
+        airflow.set_connection("odf_restart_connect", "spark_connect", host="127.0.0.1", port=server.port)
+        airflow.enable(RESTART)
+        run_id = airflow.trigger(RESTART, conf={"file": str(data)})
+
+        def job_running() -> bool:
+            try:
+                [app] = httpx.get(f"{ui}/api/v1/applications", timeout=5).json()
+                jobs = httpx.get(f"{ui}/api/v1/applications/{app['id']}/jobs", timeout=5).json()
+            except (httpx.HTTPError, ValueError):
+                return False
+            return any(j["status"] == "RUNNING" for j in jobs)
+
+        airflow.wait_for(job_running, "the first try's job on the server", timeout=300)
+        server.stop()  # SIGTERM, as a restart stops it
+        server.start()  # on the same port: the connection's URL
+        assert airflow.wait_for_runs(RESTART, [run_id], timeout=600) == {run_id: "success"}, airflow.failures(
+            RESTART, run_id
+        )
+    finally:
+        server.stop()
+        airflow.pause(RESTART)
+
+    # try 1 failed in one line naming the server; a retry that came while the server was still
+    # starting failed at once, naming it too; the last one succeeded
+    tries = airflow.task_instance(RESTART, run_id, "push")["try_number"]
+    print(f"\n{RESTART}: {tries} tries")
+    prefix = f"AirflowException: com.example.restart.rows: Spark Connect server {re.escape(server.url)}: "
+    for try_number in range(1, tries):
+        log = airflow.task_log_through_the_api(RESTART, run_id, "push", try_number)
+        problem = STOPPED_PROBLEMS if try_number == 1 else "no server answered within 5 s; .*"
+        failures = [line for line in log.splitlines() if line.startswith("AirflowException: ")]
+        assert len(failures) == 1 and re.fullmatch(prefix + problem, failures[0]), log[-4000:]
+        assert "java.lang." not in log  # no Java stack
+    assert 2 <= tries <= 4
+
+    # committed exactly once, by the retry: one AddData of every row, marked with this task run
+    pushed = airflow.xcom(RESTART, run_id, "push")
+    added = [e for _, e in _events(rows) if isinstance(e, model.AddData)]
+    assert len(added) == 1 and added[0].new_data is not None
+    assert added[0].new_data.offset_interval == model.OffsetInterval(start=0, end=RESTART_ROWS - 1)
+    assert added[0].extra[RUN_EXTRA_KEY] == f"{RESTART}/{run_id}/push"
+    assert pushed["records"] == RESTART_ROWS and pushed["new_head"] == str(rows.head())
