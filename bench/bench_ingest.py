@@ -27,6 +27,8 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from machine_info import cpu_seconds
+
 from airflow_odf.engine import event_time_order
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
@@ -37,7 +39,6 @@ from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.repo.repository import Repository
-from machine_info import cpu_seconds
 
 DDL = ["event_time TIMESTAMP", "id BIGINT", "symbol STRING", "price DOUBLE", "qty INT"]
 BASE = datetime(2024, 1, 1, tzinfo=timezone.utc)
