@@ -3,7 +3,8 @@ and wrote (namespace `odf`, name the dataset id, schema from the SetDataSchema);
 OpenLineage classes is checked against stand-ins with the same constructor signatures, and the events
 example DAG 1 sends through OpenLineage's file transport carry each run's facts, checked against the
 chain: versions (block hashes), output statistics (records and bytes of the new slices), the column
-lineage of the transform's SQL; check results become data-quality assertions."""
+lineage of the transform's SQL; check results become data-quality assertions, and checks that refuse
+a transform's data give a FAIL event with every check's result, the pinned input and no output version."""
 
 from __future__ import annotations
 
