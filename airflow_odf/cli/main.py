@@ -312,6 +312,9 @@ def cmd_gc(args: argparse.Namespace) -> None:
             removed += len(collect_garbage(repo.dataset_of(entry), args.min_age))
         except OdfError as e:
             skipped.append(f"{entry.name}: {e}; nothing of it was removed")
+    from airflow_odf.odf.query.run import collect_query_staging
+
+    removed += len(collect_query_staging(repo, args.min_age))  # what killed queries staged in a bucket
     try:
         # a repository in a bucket: only what dead operations staged there (`collect_garbage`)
         for path in repo.unnamed_datasets(args.min_age) if repo.is_local else []:

@@ -7,7 +7,9 @@ region, path-style access, credentials) and the executors open the objects with 
 reads them in ranges: memory is bounded by a Parquet row group, whatever the file's size.
 
 The settings travel inside the task (as the Hadoop configuration does); without keys in the session
-Arrow's default chain applies (environment variables, the instance role), as Hadoop's does.
+Arrow's default chain applies (environment variables, the instance role), as Hadoop's does. A Spark
+Connect client never reads the server's keys (they come back redacted): there the executors take them
+from their environment, which `odf engine serve --s3a` sets (`with_executor_keys`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pyspark.sql import SparkSession
 from airflow_odf.engine.session import is_connect
 
 _S3_SCHEMES = ("s3a", "s3", "s3n")
+_REDACTED = "*********(redacted)"  # Spark's answer for a conf its redaction pattern matches
 _SETTINGS = {
     "endpoint": "endpoint",
     "region": "endpoint.region",
@@ -87,8 +90,13 @@ def store_access(spark: SparkSession) -> StoreAccess:
 
 
 def _hadoop_setting(spark: SparkSession, name: str) -> str | None:
+    """The setting, or None when unset or unknown: a Spark Connect server answers its keys redacted
+    (`spark.redaction.regex`), so its executors' Arrow client takes them from the AWS default chain
+    instead, which the server's executor environment gives (`with_executor_keys`)."""
     if is_connect(spark):
         value = spark.conf.get(f"spark.hadoop.{name}", None)
     else:
         value = spark.sparkContext._jsc.hadoopConfiguration().get(name)
-    return value.strip() if value and value.strip() else None
+    if not value or not value.strip() or value.strip() == _REDACTED:
+        return None
+    return value.strip()

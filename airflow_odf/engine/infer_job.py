@@ -23,6 +23,7 @@ from pyspark.sql import SparkSession
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.ingest_job import arrow_schema, ingest_output, read_inputs
+from airflow_odf.engine.remote_files import is_uri, parquet_footer_schema
 from airflow_odf.engine.spark_types import arrow_to_spark, spark_to_arrow
 from airflow_odf.utils.engine_json import TypeWidening, Vocab
 
@@ -34,7 +35,7 @@ def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
 
     vocab = Vocab.from_json(request.get("vocab", {}))
     read_schema = arrow_schema(request.get("read_schema"))
-    widenings = _source_widenings(request, read_schema)
+    widenings = _source_widenings(spark, request, read_schema)
     new, _ = read_inputs(spark, request, vocab)
     if new is None:
         paths = ", ".join(item["path"] for item in request["inputs"]) or "no files"
@@ -52,7 +53,9 @@ def infer(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _source_widenings(request: dict[str, Any], read_schema: pa.Schema | None) -> list[TypeWidening]:
+def _source_widenings(
+    spark: SparkSession, request: dict[str, Any], read_schema: pa.Schema | None
+) -> list[TypeWidening]:
     """What Spark holds coarser than declared: the read schema's columns, else a Parquet sample's."""
     widenings: list[TypeWidening] = []
     if read_schema is not None:
@@ -60,20 +63,27 @@ def _source_widenings(request: dict[str, Any], read_schema: pa.Schema | None) ->
     elif request["read"].get("kind") == "Parquet":
         seen: set[str] = set()
         for item in request["inputs"]:
-            path = item["path"]
-            if os.path.isfile(path) and os.path.getsize(path) > 0:
-                for w in _file_widenings(path):
-                    if w.column not in seen:
-                        seen.add(w.column)
-                        widenings.append(w)
+            for w in _file_widenings(spark, item["path"]):
+                if w.column not in seen:
+                    seen.add(w.column)
+                    widenings.append(w)
     return widenings
 
 
-def _file_widenings(path: str) -> list[TypeWidening]:
+def _file_widenings(spark: SparkSession, path: str) -> list[TypeWidening]:
+    """The widenings of a Parquet sample's columns, from its footer: a file on this disk, or one in the
+    bucket (staged there for a cluster that shares no disk with the core), read by an executor."""
     widenings: list[TypeWidening] = []
     try:
-        schema = pq.read_schema(path)
+        if is_uri(path):
+            schema = parquet_footer_schema(spark, path)
+        elif os.path.isfile(path) and os.path.getsize(path) > 0:
+            schema = pq.read_schema(path)
+        else:
+            return []
     except (OSError, pa.ArrowException):
+        schema = None
+    if schema is None:
         return []  # the read reports an unreadable file
     for field in schema:
         with contextlib.suppress(EngineInputError):  # Spark's reader reports it, naming the file

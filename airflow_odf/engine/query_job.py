@@ -4,7 +4,8 @@ Each table of the request is a temporary view over its Parquet slice files, read
 schema (a column added later reads as null in older slices); the views are dropped at the end. Only a
 query over the request's tables runs: the SQL policy (`airflow_odf/utils/sql_policy`) checks the statement
 before any view is made, whatever the client checked. The result is written as Parquet, CSV or JSON lines
-into the request's `out_dir`, nowhere else.
+into the request's `out_dir`, nowhere else: a local folder, or (a cluster that shares no disk with the
+core) the operation's staging folder in the repository's bucket, `s3a://...`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pyspark.sql import types as T
 
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.py4j_errors import Py4JJavaError
+from airflow_odf.engine.remote_files import is_uri
 from airflow_odf.engine.spark_errors import spark_error_condition, spark_error_summary
 from airflow_odf.engine.spark_types import arrow_to_spark, quote_identifier
 from airflow_odf.utils.sql_policy import SqlRefused, check_query
@@ -98,5 +100,14 @@ def _written(result: DataFrame, request: dict[str, Any]) -> dict[str, Any]:
             raise EngineInputError("contract", f"query format {fmt!r}: expected parquet, csv or json")
     except (PySparkException, Py4JJavaError) as e:
         raise _query_error(e) from None
-    files = sorted(name for name in os.listdir(target) if name.startswith("part-"))
-    return {"files": [os.path.join(target, name) for name in files], "columns": result.columns}
+    return {"files": _result_files(result.sparkSession, target), "columns": result.columns}
+
+
+def _result_files(spark: SparkSession, target: str) -> list[str]:
+    """The result's files in their order: listed on this disk, or in the bucket (`out_dir` a URI: the
+    operation's staging folder, which the core fetches from) by Spark's own file system client, with
+    the session's S3 settings (no content is read)."""
+    if not is_uri(target):
+        return [os.path.join(target, name) for name in sorted(os.listdir(target)) if name.startswith("part-")]
+    listing = spark.read.format("binaryFile").option("pathGlobFilter", "part-*").load(target)
+    return sorted(row.path for row in listing.select("path").collect())

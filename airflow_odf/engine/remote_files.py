@@ -72,6 +72,36 @@ def describe_written(spark: SparkSession, folder: str, vocab: Vocab | None) -> l
     return [RemoteFile(**row.asDict()) for row in files.mapInArrow(describe, _DESCRIPTION).collect()]
 
 
+def parquet_footer_schema(spark: SparkSession, uri: str) -> pa.Schema | None:
+    """The Arrow schema in the footer of a Parquet file in the store, read on an executor (where the
+    store's keys are, also when this client cannot read them: Spark Connect); None when it is no
+    readable Parquet file."""
+    read = functools.partial(_footer_schemas, store_access(spark))
+    files = spark.createDataFrame([(uri,)], "path string")
+    [row] = files.mapInArrow(read, "arrow_schema string").collect()
+    if row.arrow_schema is None:
+        return None
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(row.arrow_schema)))
+
+
+def _footer_schemas(access: StoreAccess, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Runs on the executors: each path's footer schema (Arrow IPC, base64), or null."""
+    for batch in batches:
+        found: list[str | None] = []
+        for uri in batch.column("path").to_pylist():
+            try:
+                fs, path = access.open(uri)
+                with fs.open_input_file(path) as file:
+                    schema = pq.read_schema(file)
+                found.append(base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"))
+            except (OSError, pa.ArrowException):
+                found.append(None)
+        yield pa.RecordBatch.from_pydict({"arrow_schema": found}, schema=_ARROW_FOOTER)
+
+
+_ARROW_FOOTER = pa.schema([("arrow_schema", pa.string())])
+
+
 def _describe_batches(
     access: StoreAccess, vocab: Vocab | None, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:

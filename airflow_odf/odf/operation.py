@@ -43,6 +43,7 @@ from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, data_sche
 from airflow_odf.odf.schema.ddl import parse_ddl_schema
 from airflow_odf.odf.schema.policy import schema_events_for
 from airflow_odf.odf.storage.local import fsync_path
+from airflow_odf.odf.storage.store import ObjectStore
 
 
 class IngestError(OdfError):
@@ -201,10 +202,16 @@ class Staging:
     @classmethod
     def of(cls, dataset: Dataset, op_dir: Path) -> Staging | None:
         """The operation's staging folder, or None when the engine writes to the local folder."""
-        if not dataset.store.engine_writes_in_place:
+        return cls.in_store(dataset.store, op_dir)
+
+    @classmethod
+    def in_store(cls, store: ObjectStore, op_dir: Path) -> Staging | None:
+        """The operation's staging folder in `store` (a dataset's, or a repository's for a query, which
+        reads several datasets and writes none), or None when the engine writes to the local folder."""
+        if not store.engine_writes_in_place:
             return None
         key = f"{STAGING_PREFIX}/{op_dir.name}"
-        uri = dataset.store.engine_uri(key)
+        uri = store.engine_uri(key)
         return None if uri is None else cls(key, uri)
 
     @property
@@ -219,8 +226,12 @@ class Staging:
 
     def clear(self, dataset: Dataset) -> None:
         """Removes everything the operation staged (after its commit, or when it had nothing to commit)."""
-        for key, _ in list(dataset.store.list_tree(self.key)):
-            dataset.store.delete(key)
+        self.clear_in(dataset.store)
+
+    def clear_in(self, store: ObjectStore) -> None:
+        """Removes everything the operation staged in `store` (the one `in_store` was given)."""
+        for key, _ in list(store.list_tree(self.key)):
+            store.delete(key)
 
 
 def engine_out_dir(staging: Staging | None, op_dir: Path) -> str:

@@ -27,7 +27,14 @@ SESSION_TOKEN = _HADOOP + "session.token"
 #: Conf keys whose values are credentials: runners keep them off command lines (a 0600 properties
 #: file, or set on the running session) and out of logs. The access key id is not secret by itself
 #: but is kept with its secret so a command line never names the account.
-S3A_SECRET_KEYS = frozenset({ACCESS_KEY, SECRET_KEY, SESSION_TOKEN})
+#: The same keys in the executors' environment, where Arrow's S3 client (which hashes what the engine
+#: wrote, on the executors) finds them by the AWS default chain (`with_executor_keys`).
+EXECUTOR_KEY_ENV = {
+    ACCESS_KEY: "spark.executorEnv.AWS_ACCESS_KEY_ID",
+    SECRET_KEY: "spark.executorEnv.AWS_SECRET_ACCESS_KEY",
+    SESSION_TOKEN: "spark.executorEnv.AWS_SESSION_TOKEN",
+}
+S3A_SECRET_KEYS = frozenset({ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, *EXECUTOR_KEY_ENV.values()})
 
 #: The jars go on the driver's and the executors' class path, from the cache folder (`spark.jars` would
 #: copy the 690 MB AWS SDK bundle into every application's work folder, on every executor: 10-20 s each).
@@ -113,6 +120,13 @@ def split_secrets(conf: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]
     return public, {k: v for k, v in conf.items() if k in S3A_SECRET_KEYS}
 
 
+def with_executor_keys(conf: dict[str, str]) -> dict[str, str]:
+    """`conf` with its S3 keys also in the executors' environment: for a Spark Connect server, whose
+    clients read its keys back redacted and so cannot hand them to the executors' Arrow client as a
+    spark-submit driver does (`executor_fs`)."""
+    return {**conf, **{env: conf[key] for key, env in EXECUTOR_KEY_ENV.items() if conf.get(key)}}
+
+
 def with_s3a_conf(conf: dict[str, str], s3a: dict[str, str]) -> dict[str, str]:
     """`conf` with the s3a settings added: its own class paths are kept (the s3a jars appended), and
     its other keys win (a task may tune any `fs.s3a.*` setting)."""
@@ -148,6 +162,7 @@ def _escaped(text: str) -> str:
 
 __all__ = [
     "CLASS_PATH_KEYS",
+    "EXECUTOR_KEY_ENV",
     "HADOOP_VERSION",
     "S3A_SECRET_KEYS",
     "S3aJarsMissing",
@@ -155,6 +170,7 @@ __all__ = [
     "s3a_conf",
     "s3a_jars",
     "split_secrets",
+    "with_executor_keys",
     "with_s3a_conf",
     "write_secret_properties",
 ]

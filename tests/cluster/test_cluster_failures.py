@@ -20,8 +20,8 @@ from airflow_odf.odf.chain.integrity import verify_integrity
 from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
+from tests.cluster.pipeline import driver_errors
 from tests.cluster.standalone import VENV_BIN, StandaloneCluster
-from tests.cluster.test_standalone_cluster import driver_errors
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY, moto_environment
 
 ROWS = 300_000
@@ -49,9 +49,14 @@ content:
 """
 
 
-def _executors(cluster: StandaloneCluster) -> list[int]:
+def _applications(cluster: StandaloneCluster) -> set[Path]:
+    """The worker's application folders (one per Spark application that ran executors on it)."""
+    return set((cluster.worker_dir / "work").glob("app-*"))
+
+
+def _executors(cluster: StandaloneCluster, spared: set[Path]) -> list[int]:
     """The pids of this cluster's executor JVMs: `CoarseGrainedExecutorBackend` running in an app folder
-    of this cluster's worker."""
+    of this cluster's worker, except those of the `spared` applications (the warm driver's)."""
     found = []
     work = cluster.worker_dir / "work"
     for entry in Path("/proc").iterdir():
@@ -62,7 +67,7 @@ def _executors(cluster: StandaloneCluster) -> list[int]:
             cwd = Path(os.readlink(entry / "cwd"))
         except OSError:
             continue
-        if EXECUTOR_CLASS in command and (cwd == work or work in cwd.parents):
+        if EXECUTOR_CLASS in command and work in cwd.parents and not (spared & {cwd, *cwd.parents}):
             found.append(int(entry.name))
     return found
 
@@ -104,8 +109,10 @@ def _ids_in_slices(repo: Repository, s3_admin: Any, bucket: str) -> tuple[list[t
 
 
 def test_an_executor_killed_mid_write_leaves_old_or_new_and_a_retry_commits_once(
-    cluster: StandaloneCluster, moto_endpoint: str, s3_admin: Any, tmp_path: Path
+    cluster: StandaloneCluster, warm_engine: str, moto_endpoint: str, s3_admin: Any, tmp_path: Path
 ) -> None:
+    """The ingest is a spark-submit application (its executors are killed, not the warm driver's); the
+    same file pushed again afterwards goes through the warm driver."""
     bucket = f"odf-kill-{uuid.uuid4().hex[:12]}"
     s3_admin.create_bucket(Bucket=bucket)
     env = {
@@ -132,12 +139,13 @@ def test_an_executor_killed_mid_write_leaves_old_or_new_and_a_retry_commits_once
     head = repo.dataset("events").head()
 
     ingest = ["ingest", "events", str(data), "--repo", url, *engine]
+    spared = _applications(cluster)  # the warm driver's, and those of the applications before
     running = _odf(*ingest, env=env, cwd=tmp_path)
     killed: list[int] = []
     deadline = time.monotonic() + 300
     while not killed and running.poll() is None and time.monotonic() < deadline:
         if _staged_output(s3_admin, bucket):
-            for pid in _executors(cluster):
+            for pid in _executors(cluster, spared):
                 os.kill(pid, signal.SIGKILL)
                 killed.append(pid)
         time.sleep(0.1)
@@ -157,6 +165,8 @@ def test_an_executor_killed_mid_write_leaves_old_or_new_and_a_retry_commits_once
     assert len(ids) == ROWS and sorted(ids) == list(range(ROWS))  # each record once
     assert verify_integrity(repo.dataset("events")) == []
 
-    again = _finish(_odf(*ingest, env=env, cwd=tmp_path))  # the same file once more: nothing new
+    warm = ["--engine", "spark-connect", "--remote", warm_engine, "--spark-s3a"]
+    pushed_again = ["ingest", "events", str(data), "--repo", url, *warm]
+    again = _finish(_odf(*pushed_again, env=env, cwd=tmp_path))  # the same file once more: nothing new
     assert again[0] == 0, driver_errors(again[1])
     assert _ids_in_slices(repo, s3_admin, bucket)[0] == [(0, ROWS - 1)]

@@ -1,12 +1,14 @@
 """A Spark standalone cluster whose executors cannot see the coordinator's disk (issue 26, item 5): the
 isolation is real, s3a works through it, the ODF engine refuses in one line to work on a local
-repository it cannot see, and with an `s3://` repository and s3a the issue's whole pipeline runs."""
+repository it cannot see (through spark-submit and through the warm driver), and with an `s3://`
+repository and s3a the issue's whole pipeline runs (`s3_pipeline`, through the warm driver; the other
+request kinds on it are in test_request_kinds.py)."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,41 +19,32 @@ import pytest
 
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.utils.s3a import split_secrets
-from tests.cluster.standalone import VENV_BIN, StandaloneCluster, spark_submit
-from tests.sharing.conftest import moto_environment
+from tests.cluster.pipeline import CSV_HEADER, CSV_ROWS, S3Pipeline, driver_errors, odf
+from tests.cluster.standalone import StandaloneCluster, spark_submit
 
 JOBS = Path(__file__).resolve().parent / "jobs.py"
-CSV_HEADER = "event_time,id,symbol,price\n"
-# out of event-time order on purpose: the job sorts
-CSV_ROWS = [
-    "2024-01-01T00:00:03Z,3,SYMC,30.5\n",
-    "2024-01-01T00:00:01Z,1,SYMA,10.25\n",
-    "2024-01-01T00:00:02Z,2,SYMB,20.0\n",
-]
-
-
-def driver_errors(stderr: str) -> str:
-    """The driver's error lines (no INFO chatter, no Java stack frames), for failure messages."""
-    lines = [
-        line for line in stderr.splitlines() if " INFO " not in line and not line.lstrip().startswith("at ")
-    ]
-    return "\n".join(lines[-60:])
 
 
 def run_job(
-    cluster: StandaloneCluster, scratch: Path, job: str, *args: str, conf: dict[str, str] | None = None
+    cluster: StandaloneCluster, remote: str | None, scratch: Path, job: str, *args: str, conf: dict[str, str]
 ) -> Any:
-    """Runs one job of jobs.py through the cluster; its JSON result (the job must succeed)."""
-    public, secrets = split_secrets(conf or {})
+    """Runs one job of jobs.py through the cluster: on the warm driver at `remote`, else by
+    spark-submit with `conf`; its JSON result (the job must succeed)."""
     result = scratch / f"{job}.json"
-    done = spark_submit(
-        cluster.master_url,
-        JOBS,
-        [job, *args, "--result", str(result)],
-        conf=public,
-        secrets=secrets,
-        scratch=scratch,
-    )
+    if remote is None:
+        public, secrets = split_secrets(conf)
+        command = [job, *args, "--result", str(result)]
+        done = spark_submit(cluster.master_url, JOBS, command, conf=public, secrets=secrets, scratch=scratch)
+    else:
+        scratch.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            [sys.executable, str(JOBS), job, *args, "--result", str(result), "--remote", remote],
+            capture_output=True,
+            text=True,
+            cwd=scratch,
+            timeout=600,
+            check=False,
+        )
     assert done.returncode == 0 and result.exists(), (
         f"{job} failed:\n{driver_errors(done.stderr)}\n{cluster.logs()}"
     )
@@ -59,13 +52,24 @@ def run_job(
 
 
 def test_executors_cannot_see_what_the_coordinator_writes_in_its_scratch_dir(
-    cluster: StandaloneCluster, tmp_path: Path
+    cluster: StandaloneCluster, warm_engine: str, tmp_path: Path
 ) -> None:
+    """On the warm driver (its executors are the cluster's like any application's)."""
     hidden = tmp_path / "coordinator-only.txt"
     hidden.write_text("written by the coordinator\n")
     shared = cluster.shared / f"both-{uuid.uuid4().hex[:8]}.txt"
     shared.write_text("on a disk both see\n")
-    found = run_job(cluster, tmp_path / "scratch", "probe", "--hidden", str(hidden), "--shared", str(shared))
+    found = run_job(
+        cluster,
+        warm_engine,
+        tmp_path / "scratch",
+        "probe",
+        "--hidden",
+        str(hidden),
+        "--shared",
+        str(shared),
+        conf={},
+    )
 
     by_path = {seen["path"]: seen for seen in found["executors"]}
     assert (by_path[str(hidden)]["exists"], by_path[str(hidden)]["text"]) == (False, None)
@@ -84,8 +88,9 @@ def test_executors_read_csv_and_write_parquet_over_s3a(
     bucket = f"odf-cluster-{uuid.uuid4().hex[:12]}"
     s3_admin.create_bucket(Bucket=bucket)
     s3_admin.put_object(Bucket=bucket, Key="in/events.csv", Body=(CSV_HEADER + "".join(CSV_ROWS)).encode())
-    found = run_job(
+    found = run_job(  # a spark-submit application: the bare job of the benchmark's baseline
         cluster,
+        None,
         tmp_path / "scratch",
         "csv-to-parquet",
         "--source",
@@ -143,26 +148,13 @@ class Attempt:
     data_files: list[Path]
 
 
-def odf(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # a hang fails the test by the timeout
-        [str(VENV_BIN / "odf"), *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env={**os.environ, **(env or {})},
-        timeout=300,
-        check=False,
-    )
-
-
-def ingest_through_cluster(cluster: StandaloneCluster, folder: Path, data: Path) -> Attempt:
+def ingest_through_cluster(folder: Path, data: Path, engine: list[str]) -> Attempt:
     repo = folder / "repo"
     (folder / "events.yaml").write_text(MANIFEST)
     assert odf("init", "--repo", str(repo), cwd=folder).returncode == 0
     added = odf("add", str(folder / "events.yaml"), "--repo", str(repo), cwd=folder)
     assert added.returncode == 0, added.stderr
     before = Repository.open(repo).dataset("events").head()
-    engine = ["--engine", "spark-submit", "--master", cluster.master_url]
     done = odf("ingest", "events", str(data), "--repo", str(repo), *engine, cwd=folder)
     lines = done.stderr.splitlines()
     last = max((i for i, line in enumerate(lines) if line.startswith("events: ")), default=len(lines))
@@ -177,18 +169,22 @@ def ingest_through_cluster(cluster: StandaloneCluster, folder: Path, data: Path)
 
 
 @pytest.fixture(scope="module")
-def attempts(cluster: StandaloneCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Attempt]:
-    """Today's engine on a local `file://` repository through the cluster, twice: the input file only on
-    the coordinator's disk, and the input where the executors see it (the output still goes to the
-    coordinator's scratch dir, the repository's work dir)."""
+def attempts(
+    cluster: StandaloneCluster, warm_engine: str, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Attempt]:
+    """The engine on a local `file://` repository through the cluster, twice: the input file only on the
+    coordinator's disk (a spark-submit application), and the input where the executors see it (the
+    warm driver; the output still goes to the coordinator's scratch dir, the repository's work dir)."""
     hidden_input = tmp_path_factory.mktemp("input-on-coordinator")
     (hidden_input / "events.csv").write_text(CSV_HEADER + "".join(CSV_ROWS))
     visible_input = cluster.shared / f"events-{uuid.uuid4().hex[:8]}.csv"
     visible_input.write_text(CSV_HEADER + "".join(CSV_ROWS))
+    submit = ["--engine", "spark-submit", "--master", cluster.master_url]
+    warm = ["--engine", "spark-connect", "--remote", warm_engine]
     return {
-        "input on coordinator": ingest_through_cluster(cluster, hidden_input, hidden_input / "events.csv"),
+        "input on coordinator": ingest_through_cluster(hidden_input, hidden_input / "events.csv", submit),
         "output on coordinator": ingest_through_cluster(
-            cluster, tmp_path_factory.mktemp("output-on-coordinator"), visible_input
+            tmp_path_factory.mktemp("output-on-coordinator"), visible_input, warm
         ),
     }
 
@@ -215,117 +211,15 @@ def test_the_engine_says_in_one_line_that_the_cluster_cannot_see_the_files(
         assert "cannot see" in attempt.message[0]
 
 
-PIPELINE_MANIFESTS = {
-    "trades": """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: trades
-  kind: Root
-  metadata:
-  - kind: SetPollingSource
-    fetch:
-      kind: FilesGlob
-      path: s3://{bucket}/landing/trades-*.csv
-      order: ByName
-    read:
-      kind: Csv
-      header: true
-      schema:
-      - event_time TIMESTAMP
-      - id BIGINT
-      - symbol STRING
-      - price DOUBLE
-    merge:
-      kind: Ledger
-      primaryKey:
-      - id
-""",
-    "positions": """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: positions
-  kind: Root
-  metadata:
-  - kind: AddPushSource
-    sourceName: default
-    read:
-      kind: Csv
-      header: true
-      schema:
-      - event_time TIMESTAMP
-      - symbol STRING
-      - quantity BIGINT
-    merge:
-      kind: Snapshot
-      primaryKey:
-      - symbol
-""",
-    "trades.by-symbol": """\
-kind: DatasetSnapshot
-version: 1
-content:
-  name: trades.by-symbol
-  kind: Derivative
-  metadata:
-  - kind: SetTransform
-    inputs:
-    - datasetRef: trades
-      alias: trades
-    transform:
-      kind: Sql
-      engine: spark
-      query: SELECT event_time, symbol, price * 2 AS doubled FROM trades
-  - kind: SetVocab
-    eventTimeColumn: event_time
-""",
-}
-
-
 def test_a_pipeline_in_s3_runs_on_the_cluster_without_data_on_the_coordinator(
-    cluster: StandaloneCluster, moto_endpoint: str, s3_admin: Any, tmp_path: Path
+    s3_pipeline: S3Pipeline, s3_admin: Any
 ) -> None:
-    """The issue's scenario through the cluster (client mode) on an `s3://` repository with s3a: `odf add`;
-    a polling ingest from an `s3://` FilesGlob (Ledger, its checkpoint in the bucket), pulled twice as
-    objects arrive; a push ingest merged as Snapshots, twice; a transform; `odf verify`. Every record is
-    where it should be, and the coordinator's scratch dir never holds data files."""
-    bucket = f"odf-pipeline-{uuid.uuid4().hex[:12]}"
-    s3_admin.create_bucket(Bucket=bucket)
-    scratch = tmp_path / "scratch"  # the repository's work dir: hidden from the executors
-    env = {
-        **moto_environment(moto_endpoint, tmp_path),
-        "ODF_WORK_DIR": str(scratch),
-        "ODF_S3_SOURCE_PREFIXES": f"s3://{bucket}/landing",
-    }
-    repo = f"s3://{bucket}/odf"
-    engine = ["--engine", "spark-submit", "--master", cluster.master_url, "--spark-s3a"]
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        done = odf(*args, "--repo", repo, cwd=tmp_path, env=env)
-        assert done.returncode == 0, f"odf {' '.join(args)}:\n{driver_errors(done.stderr)}"
-        return done
-
-    def land(name: str, rows: list[str]) -> None:
-        s3_admin.put_object(Bucket=bucket, Key=f"landing/{name}", Body=(CSV_HEADER + "".join(rows)).encode())
-
-    def table(name: str) -> Any:
-        done = run("tail", name, "-n", "100", "--format", "json")
-        return sorted(json.loads(done.stdout), key=lambda row: row["offset"])
-
-    manifests = []
-    for name, text in PIPELINE_MANIFESTS.items():
-        path = tmp_path / f"{name}.yaml"
-        path.write_text(text.format(bucket=bucket))
-        manifests.append(str(path))
-    run("init")
-    run("add", *manifests)
-
-    land("trades-1.csv", CSV_ROWS)
-    run("pull", "trades", *engine)
-    land("trades-2.csv", ["2024-01-01T00:00:04Z,2,SYMB,21.0\n", "2024-01-01T00:00:05Z,4,SYMD,40.0\n"])
-    run("pull", "trades", *engine)
-    trades = table("trades")
+    """The issue's scenario through the cluster's warm driver (client mode) on an `s3://` repository with
+    s3a (`pipeline.build_pipeline`): `odf add`; a polling ingest from an `s3://` FilesGlob (Ledger, its
+    checkpoint in the bucket), pulled twice as objects arrive; a push ingest merged as Snapshots, twice;
+    a transform; `odf verify --full`. Every record is where it should be, and the coordinator's scratch
+    dir never holds data files."""
+    trades = s3_pipeline.table("trades")
     # the Ledger keeps the first record of a key: id 2 again is not a new record
     assert [(row["id"], row["symbol"]) for row in trades] == [
         (1, "SYMA"),
@@ -335,32 +229,22 @@ def test_a_pipeline_in_s3_runs_on_the_cluster_without_data_on_the_coordinator(
     ]
     assert [row["offset"] for row in trades] == [0, 1, 2, 3]
 
-    for n, rows in enumerate((["SYMA,10", "SYMB,20"], ["SYMA,15", "SYMC,5"])):
-        push = tmp_path / f"positions-{n}.csv"
-        push.write_text(
-            "event_time,symbol,quantity\n" + "".join(f"2024-01-0{n + 1}T00:00:00Z,{r}\n" for r in rows)
-        )
-        run("ingest", "positions", str(push), *engine)
-    positions = table("positions")
+    positions = s3_pipeline.table("positions")
     # Snapshot: the second push corrects SYMA, retracts SYMB, appends SYMC
     changes = [(row["op"], row["symbol"], row["quantity"]) for row in positions]
     assert changes[:2] == [(0, "SYMA", 10), (0, "SYMB", 20)]
     assert sorted(changes[2:]) == [(0, "SYMC", 5), (1, "SYMB", 20), (2, "SYMA", 10), (3, "SYMA", 15)]
 
-    run("pull", "trades.by-symbol", *engine)
-    derived = table("trades.by-symbol")
+    derived = s3_pipeline.table("trades.by-symbol")
     assert sorted((row["symbol"], row["doubled"]) for row in derived) == [
         ("SYMA", 20.5),
         ("SYMB", 40.0),
         ("SYMC", 61.0),
         ("SYMD", 80.0),
     ]
-    verified = run("verify", "trades.by-symbol", "--full", *engine)
+    verified = s3_pipeline.run("verify", "trades.by-symbol", "--full")  # the transforms replayed
     assert verified.stdout.startswith("trades.by-symbol: ok ("), verified.stdout
 
     # the data stayed in the bucket: nothing staged is left there, and none of it is on the coordinator
-    keys = [o["Key"] for o in s3_admin.list_objects_v2(Bucket=bucket, Prefix="odf/")["Contents"]]
-    assert not [key for key in keys if "/cache/operations/" in key]
-    left = [path for path in scratch.rglob("*") if path.is_file()]
-    assert not [path for path in left if path.suffix in (".parquet", ".csv")]
-    assert not [path for path in left if b"SYMD" in path.read_bytes()]
+    assert s3_pipeline.staged_keys(s3_admin) == []
+    assert s3_pipeline.scratch_data(b"SYMD") == []

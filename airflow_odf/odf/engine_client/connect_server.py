@@ -46,7 +46,7 @@ from airflow_odf.odf.engine_client.fast_start import (
 )
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.utils.jvm_guard import with_sql_guard
-from airflow_odf.utils.s3a import split_secrets, write_secret_properties
+from airflow_odf.utils.s3a import split_secrets, with_executor_keys, write_secret_properties
 from airflow_odf.utils.spark_conf import ODF_SPARK_CONF
 
 _log = logging.getLogger(__name__)
@@ -122,7 +122,8 @@ class ConnectServer:
         self.master = master
         self.host = host
         self.port = port
-        self.conf, self._secrets = split_secrets(dict(conf or {}))
+        # the S3 keys also for the executors' Arrow client: clients read them back redacted
+        self.conf, self._secrets = split_secrets(with_executor_keys(dict(conf or {})))
         self._secrets_dir: Path | None = None
         self.token = token
         self.log = log

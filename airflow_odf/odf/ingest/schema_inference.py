@@ -36,7 +36,15 @@ from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
 from airflow_odf.odf.ingest.prepare import prepare
 from airflow_odf.odf.ingest.sources import Source, push_source
 from airflow_odf.odf.ingest.trust import SourceTrust
-from airflow_odf.odf.operation import IngestError, operation_dir, read_schema_text, sql_steps
+from airflow_odf.odf.operation import (
+    IngestError,
+    Staging,
+    engine_inputs,
+    engine_out_dir,
+    operation_dir,
+    read_schema_text,
+    sql_steps,
+)
 from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, strip_encoding
 from airflow_odf.odf.schema.evolution import SchemaChange, diff_schemas, odf_schema
 
@@ -115,23 +123,13 @@ def infer_schema(
     now = system_time or Timestamp.now()
     with operation_dir(options.work_dir) as op_dir:
         inputs = _sample(source, files, alias, options, op_dir, now)
-        request = InferRequest(
-            operation_id=op_dir.name,
-            dataset_id=str(state.dataset_id),
-            dataset_alias=alias,
-            inputs=inputs,
-            read=union_to_plain(model.ReadStep, source.read),
-            merge=union_to_plain(model.MergeStrategy, source.merge),
-            out_dir=str(op_dir / "out"),
-            vocab=Vocab.of(state.vocab),
-            read_schema=read_schema_text(source.read, alias),
-            preprocess=(
-                None
-                if source.preprocess is None
-                else sql_steps(source.preprocess, [PREPROCESS_INPUT], alias, "preprocess")
-            ),
-        )
-        response = InferResponse.from_json(runner.run(request.to_json(), op_dir))
+        staging = Staging.of(dataset, op_dir)
+        try:
+            request = _request(dataset, state, alias, source, inputs, op_dir, staging)
+            response = InferResponse.from_json(runner.run(request.to_json(), op_dir))
+        finally:
+            if staging is not None:
+                staging.clear(dataset)
     if response.error is not None:
         raise SchemaInferenceError(response.error.kind, f"{alias}: {response.error.message}")
     if response.output_schema is None:
@@ -149,6 +147,35 @@ def infer_schema(
             log=options.log,
         )
     return result
+
+
+def _request(
+    dataset: Dataset,
+    state: ChainState,
+    alias: str,
+    source: Source,
+    inputs: list[InputFile],
+    op_dir: Path,
+    staging: Staging | None,
+) -> InferRequest:
+    """The engine's request. With a staging folder (a cluster that shares no disk with this process)
+    sample files on this disk are uploaded there first, as an ingest's are (`engine_inputs`)."""
+    return InferRequest(
+        operation_id=op_dir.name,
+        dataset_id=str(state.dataset_id),
+        dataset_alias=alias,
+        inputs=engine_inputs(dataset, staging, inputs),
+        read=union_to_plain(model.ReadStep, source.read),
+        merge=union_to_plain(model.MergeStrategy, source.merge),
+        out_dir=engine_out_dir(staging, op_dir),  # nothing is written; where the engine could
+        vocab=Vocab.of(state.vocab),
+        read_schema=read_schema_text(source.read, alias),
+        preprocess=(
+            None
+            if source.preprocess is None
+            else sql_steps(source.preprocess, [PREPROCESS_INPUT], alias, "preprocess")
+        ),
+    )
 
 
 def _changes(state: ChainState, schema: model.DataSchema) -> list[SchemaChange] | None:

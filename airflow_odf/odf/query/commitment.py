@@ -39,7 +39,6 @@ from airflow_odf.odf.identity.signing import (
     sign,
     signature_text,
 )
-from airflow_odf.odf.operation import operation_dir
 from airflow_odf.odf.query.data_json import arrow_json_schema, encode_data
 from airflow_odf.odf.query.request import (
     QUERY_DIALECT,
@@ -49,7 +48,7 @@ from airflow_odf.odf.query.request import (
     RequestError,
     parse_multihash,
 )
-from airflow_odf.odf.query.run import run_request
+from airflow_odf.odf.query.run import query_operation, run_request
 from airflow_odf.odf.query.tables import PinnedData, dataset_names, names_in, pin
 from airflow_odf.odf.repo.repository import Repository
 
@@ -180,16 +179,16 @@ def _rows(
 ) -> pa.Table:
     """The result's rows `skip` to `skip + limit`: the engine leaves out the first and writes at most
     `limit + 1` (its cap), so no more is ever read."""
-    with operation_dir(work_dir) as op_dir:
+    with query_operation(repo, work_dir) as operation:
         engine_request = QueryRequest(
-            operation_id=op_dir.name,
+            operation_id=operation.op_dir.name,
             sql=request.query,
-            tables=[t for b in bound for t in b.data.views(op_dir, b.spellings)],
-            out_dir=str(op_dir / "out"),
+            tables=[t for b in bound for t in b.data.views(operation.op_dir, b.spellings)],
+            out_dir=operation.out_dir,
             max_rows=request.limit,
             skip=request.skip,
         )
-        files = run_request(repo, engine_request, runner, op_dir).files
+        files = operation.fetch(repo, run_request(repo, engine_request, runner, operation.op_dir).files)
         table = pq.read_table(files[0]) if files else pa.table({})
     return table.slice(0, request.limit)
 
