@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
+from pathlib import Path
 
 import pytest
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -14,7 +15,10 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_odf.engine import exact_distinct
+from airflow_odf.engine.checks import evaluate_checks
 from airflow_odf.engine.exact_distinct import count_distinct
+from airflow_odf.odf.checks.request import checks_request
+from airflow_odf.odf.checks.spec import resolve_suite
 
 D = decimal.Decimal
 SCHEMA = T.StructType(
@@ -110,3 +114,27 @@ def test_the_ways_out_leave_the_count_to_spark(spark: SparkSession, monkeypatch:
     assert count_distinct(many, "s") is None  # 3 repeated hashes to recount: too many
     lcase = spark.createDataFrame([("a",), ("A",)], "s STRING").selectExpr("collate(s, 'UTF8_LCASE') AS s")
     assert count_distinct(lcase, "s") is None  # equal values with different bytes
+
+
+def test_a_failed_count_falls_back_to_the_query(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys that cannot be brought to the driver (here: an error while hashing) leave the pass to its
+    query, which gives the same exact values."""
+    path = str(tmp_path / "slice")
+    spark.createDataFrame([(f"v{k % 4}",) for k in range(10)], "s STRING").write.parquet(path)
+    plain = checks_request(
+        resolve_suite(
+            {"columns": {"s": {"distinct_check": {"equal_to": 4}, "unique_check": {"equal_to": 0}}}}
+        )
+    )
+    monkeypatch.setattr(exact_distinct, "_hash", lambda c: F.raise_error(F.lit("no keys")).cast("long"))
+    results = evaluate_checks(spark, plain, [path])
+    assert [(r["name"], r["observed"], r["success"]) for r in results] == [
+        ("s.distinct_check", 4, True),
+        ("s.unique_check", 6, False),
+    ]
+    assert (
+        sorted(r["s"] for r in results[1]["failing_rows"])
+        == ["v0"] * 3 + ["v1"] * 3 + ["v2"] * 2 + ["v3"] * 2
+    )
