@@ -27,6 +27,7 @@ from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.hashing.parquet_hashes import logical_hash_of_parquet, physical_hash_of_file
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.operation import IngestError
 from airflow_odf.odf.repo.repository import Repository
 
 T0 = Timestamp.parse("2024-01-01T00:00:00Z")
@@ -122,6 +123,66 @@ def test_ordered_and_shuffled_inputs_give_the_same_records(tmp_path: Path, runne
         assert other["add"].new_data.logical_hash == ordered["add"].new_data.logical_hash
         assert other["add"].new_data.offset_interval == ordered["add"].new_data.offset_interval
         assert other["add"].new_watermark == ordered["add"].new_watermark
+
+
+def test_out_of_order_after_the_first_rows_is_sorted(
+    tmp_path: Path, runner: LocalSparkRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In order where it is first looked at, not further on: the write is dropped and the rows sorted."""
+    monkeypatch.setattr(event_time_order, "PREFIX_ROWS", 1_000)
+    checked: list[bool] = []
+    check = event_time_order.parts_in_order
+
+    def parts_in_order(parts: list[str], column: str) -> bool:
+        checked.append(check(parts, column))
+        return checked[-1]
+
+    monkeypatch.setattr(event_time_order, "parts_in_order", parts_in_order)
+    lines = _lines("ordered")
+    lines[-300:] = lines[-300:][::-1]  # the last 100 seconds reversed, ties too
+    folder = tmp_path / "late"
+    repo = Repository.init(folder / "repo")
+    events = [model.AddPushSource(source_name="default", read=READ, merge=model.MergeStrategyAppend())]
+    repo.add(
+        model.DatasetSnapshot(name="trades", kind=model.DatasetKind.ROOT, metadata=events), system_time=T0
+    )
+    data = folder / "in.csv"
+    data.write_text("event_time,id,name\n" + "".join(lines))
+    options = IngestOptions(work_dir=folder / "work", source_dir=folder)
+    result = push_ingest(repo.dataset("trades"), "trades", runner, [data], options, system_time=T1)
+    assert result.records == ROWS
+    [add] = [b.event for _, b in repo.dataset("trades").iter_blocks() if isinstance(b.event, model.AddData)]
+    path = repo.dataset("trades").store.local_path(f"data/{add.new_data.physical_hash}")
+    rows = pq.read_table(path).to_pylist()
+    assert [r["offset"] for r in rows] == list(range(ROWS))
+    assert [r["event_time"] for r in rows] == sorted(r["event_time"] for r in rows)
+    assert [r["id"] for r in rows[-3:]] == [ROWS - 1, ROWS - 2, ROWS - 3]  # ties in input order
+    assert checked == [False]  # written as read, found out of order there, then sorted
+    assert pq.ParquetFile(path).metadata.num_row_groups == 1  # the global sort's file
+    assert list((folder / "work" / "operations").iterdir()) == []  # the dropped parts with it
+
+
+def test_a_broken_record_late_in_ordered_input_fails_naming_its_line(
+    tmp_path: Path, runner: LocalSparkRunner
+) -> None:
+    lines = _lines("ordered")
+    lines[-10] = "2024-01-01T00:33:16Z,notanumber,x\n"
+    folder = tmp_path / "broken"
+    repo = Repository.init(folder / "repo")
+    events = [model.AddPushSource(source_name="default", read=READ, merge=model.MergeStrategyAppend())]
+    repo.add(
+        model.DatasetSnapshot(name="trades", kind=model.DatasetKind.ROOT, metadata=events), system_time=T0
+    )
+    dataset = repo.dataset("trades")
+    head = dataset.head()
+    data = folder / "in.csv"
+    data.write_text("event_time,id,name\n" + "".join(lines))
+    options = IngestOptions(work_dir=folder / "work", source_dir=folder)
+    with pytest.raises(IngestError) as err:
+        push_ingest(dataset, "trades", runner, [data], options, system_time=T1)
+    assert err.value.kind == "bad-input" and f"line {ROWS - 8}" in str(err.value)
+    assert dataset.head() == head and list(dataset.store.list("data")) == []
+    assert list((folder / "work" / "operations").iterdir()) == []
 
 
 def _ts(*seconds: int | None) -> pa.Array:
