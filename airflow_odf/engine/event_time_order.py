@@ -33,7 +33,6 @@ import pyarrow.parquet as pq
 from pyspark.sql import Column, DataFrame
 
 from airflow_odf.engine.slice_footer import WrittenSlice
-from airflow_odf.engine.spark_types import quote_identifier
 from airflow_odf.engine.writer import write_in_frame_order
 from airflow_odf.utils.engine_json import Vocab
 
@@ -71,8 +70,10 @@ def write_if_in_order(
 
 
 def _prefix_in_order(df: DataFrame, column: str) -> bool:
-    first = df.select(quote_identifier(column)).limit(PREFIX_ROWS).toArrow()
-    return _in_order([first.column(0).combine_chunks()], None) is not None
+    # every column of the first rows, not the event time's alone: an event time that is not in the data
+    # (a push's) would leave the scan with the corrupt-record column only, which Spark refuses for CSV/JSON
+    first = df.limit(PREFIX_ROWS).toArrow()
+    return _in_order([first.column(column).combine_chunks()], None) is not None
 
 
 def parts_in_order(parts: Sequence[str], column: str) -> bool:

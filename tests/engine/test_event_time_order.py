@@ -185,6 +185,29 @@ def test_a_broken_record_late_in_ordered_input_fails_naming_its_line(
     assert list((folder / "work" / "operations").iterdir()) == []
 
 
+def test_input_without_an_event_time_column_is_written_as_read(
+    tmp_path: Path, runner: LocalSparkRunner
+) -> None:
+    """A push's event time is one value for every row: in order by itself. Looking at the first rows
+    must still scan a data column — Spark refuses a CSV scan for its corrupt-record column alone."""
+    folder = tmp_path / "no-event-time"
+    repo = Repository.init(folder / "repo")
+    read = model.ReadStepCsv(header=True, ddl_schema=["id BIGINT", "name STRING"])
+    events = [model.AddPushSource(source_name="default", read=read, merge=model.MergeStrategyAppend())]
+    repo.add(model.DatasetSnapshot(name="ids", kind=model.DatasetKind.ROOT, metadata=events), system_time=T0)
+    dataset = repo.dataset("ids")
+    data = folder / "in.csv"
+    data.write_text("id,name\n" + "".join(f"{i},n{i % 97}\n" for i in range(ROWS)))
+    options = IngestOptions(work_dir=folder / "work", source_dir=folder)
+    result = push_ingest(dataset, "ids", runner, [data], options, event_time=T0, system_time=T1)
+    assert result.records == ROWS
+    [add] = [b.event for _, b in dataset.iter_blocks() if isinstance(b.event, model.AddData)]
+    path = dataset.store.local_path(f"data/{add.new_data.physical_hash}")
+    rows = pq.read_table(path).to_pylist()
+    assert [(r["offset"], r["id"]) for r in rows] == [(i, i) for i in range(ROWS)]
+    assert pq.ParquetFile(path).metadata.num_row_groups > 1  # written as read, no sort
+
+
 def _ts(*seconds: int | None) -> pa.Array:
     values = [None if s is None else BASE + timedelta(seconds=s) for s in seconds]
     return pa.array(values, pa.timestamp("us", tz="UTC"))
