@@ -31,7 +31,7 @@ from airflow_odf.odf.engine_client.contract import (
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.multiformats import ARROW0_SHA3_256, SHA3_256, Multihash
-from airflow_odf.odf.format.sql_policy import SqlPolicyError, sql_refusal, steps_of
+from airflow_odf.odf.format.sql_policy import PREPROCESS_INPUT, SqlPolicyError, sql_refusal, steps_of
 from airflow_odf.odf.hashing.parquet_hashes import (
     HashedParts,
     KnownColumn,
@@ -151,6 +151,12 @@ def sql_steps(sql: model.TransformSql, inputs: list[str], dataset: str, what: st
     if refusal is not None:
         raise SqlPolicyError(f"{dataset}: {refusal}")
     return [SqlStep(query, alias) for query, alias in steps_of(sql)]
+
+
+def preprocess_steps(preprocess: model.TransformSql | None, dataset: str) -> list[SqlStep] | None:
+    """A source's preprocess (SQL over its read data, `input`) as the engine's steps, once the SQL policy
+    accepts them; None for a source without one."""
+    return None if preprocess is None else sql_steps(preprocess, [PREPROCESS_INPUT], dataset, "preprocess")
 
 
 def local_object(dataset: Dataset, key: str, op_dir: Path) -> str:

@@ -29,7 +29,6 @@ from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import union_to_plain
-from airflow_odf.odf.format.sql_policy import PREPROCESS_INPUT
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.sources import Source
@@ -41,9 +40,9 @@ from airflow_odf.odf.operation import (
     engine_out_dir,
     fetch_written,
     local_object,
+    preprocess_steps,
     read_schema_text,
     schema_events,
-    sql_steps,
     stage_engine_checkpoint,
     stage_slice,
 )
@@ -194,11 +193,7 @@ def run_and_commit(
             out_dir=engine_out_dir(staging, op_dir),
             vocab=Vocab.of(state.vocab),
             read_schema=read_schema_text(source.read, alias),
-            preprocess=(
-                None
-                if source.preprocess is None
-                else sql_steps(source.preprocess, [PREPROCESS_INPUT], alias, "preprocess")
-            ),
+            preprocess=preprocess_steps(source.preprocess, alias),
             dataset_schema=(
                 schema_to_text(data_schema_to_arrow(odf_schema(state.schema))) if state.schema else None
             ),

@@ -30,7 +30,6 @@ from airflow_odf.odf.engine_client.contract import (
 from airflow_odf.odf.engine_client.runner import EngineRunner
 from airflow_odf.odf.format import model
 from airflow_odf.odf.format.manifests import union_to_plain
-from airflow_odf.odf.format.sql_policy import PREPROCESS_INPUT
 from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.ingest.fetch.fetcher import FetchOptions, SourceFetcher
 from airflow_odf.odf.ingest.prepare import prepare
@@ -42,8 +41,8 @@ from airflow_odf.odf.operation import (
     engine_inputs,
     engine_out_dir,
     operation_dir,
+    preprocess_steps,
     read_schema_text,
-    sql_steps,
 )
 from airflow_odf.odf.schema.data_schema import data_schema_from_arrow, strip_encoding
 from airflow_odf.odf.schema.evolution import SchemaChange, diff_schemas, odf_schema
@@ -170,11 +169,7 @@ def _request(
         out_dir=engine_out_dir(staging, op_dir),  # nothing is written; where the engine could
         vocab=Vocab.of(state.vocab),
         read_schema=read_schema_text(source.read, alias),
-        preprocess=(
-            None
-            if source.preprocess is None
-            else sql_steps(source.preprocess, [PREPROCESS_INPUT], alias, "preprocess")
-        ),
+        preprocess=preprocess_steps(source.preprocess, alias),
     )
 
 
