@@ -519,3 +519,32 @@ def test_a_connect_server_restarted_during_a_task_is_retried_to_success(
     assert added[0].new_data.offset_interval == model.OffsetInterval(start=0, end=RESTART_ROWS - 1)
     assert added[0].extra[RUN_EXTRA_KEY] == f"{RESTART}/{run_id}/push"
     assert pushed["records"] == RESTART_ROWS and pushed["new_head"] == str(rows.head())
+
+
+# example DAGs that fail one task on purpose (a check, a schema change): started through the REST API with
+# no logical date, they must fail there and only there, at the first try, for the reason they show
+FAILING_ON_PURPOSE = {"odf_quality_gate": "push_negative", "odf_schema_violation": "push_renamed"}
+DATASET_OF = {"odf_quality_gate": "com.example.readings", "odf_schema_violation": "com.example.meters"}
+
+
+def test_example_dags_that_fail_on_purpose_fail_only_there_without_a_logical_date(
+    airflow: AirflowDeployment, tmp_path: Path
+) -> None:
+    root = tmp_path / "repo"
+    airflow.set_repository(root)
+    airflow.pause(ASSET_SCHEDULED)  # only these runs write this repository
+    airflow.enable(*FAILING_ON_PURPOSE)
+    runs = {dag_id: airflow.trigger(dag_id) for dag_id in FAILING_ON_PURPOSE}
+    for dag_id, run_id in runs.items():
+        assert airflow.wait_for_runs(dag_id, [run_id], timeout=600) == {run_id: "failed"}
+        assert airflow.run(dag_id, run_id)["logical_date"] is None
+        failing = FAILING_ON_PURPOSE[dag_id]
+        states = airflow.task_states(dag_id, run_id)
+        assert states == {"apply_manifests": "success", "push_readings": "success", failing: "failed"}, (
+            airflow.failures(dag_id, run_id)
+        )
+        assert airflow.task_instance(dag_id, run_id, failing)["try_number"] == 1  # no retry: bad data
+        # the first push committed, the refused one nothing
+        dataset = Repository.open(root).dataset(DATASET_OF[dag_id])
+        assert airflow.xcom(dag_id, run_id, "push_readings")["new_head"] == str(dataset.head())
+    airflow.pause_and_settle(*FAILING_ON_PURPOSE)
