@@ -9,6 +9,9 @@ import pytest
 
 from tests.deployment.airflow_deployment import AirflowDeployment
 from tests.deployment.postgres import PostgresServer
+from tests.sharing.conftest import moto_endpoint, s3_admin, s3_bucket
+
+__all__ = ["moto_endpoint", "s3_admin", "s3_bucket"]  # the S3 server of tests/sharing, for odf_sharing
 
 
 @pytest.fixture(scope="module")

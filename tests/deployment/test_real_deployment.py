@@ -548,3 +548,35 @@ def test_example_dags_that_fail_on_purpose_fail_only_there_without_a_logical_dat
         dataset = Repository.open(root).dataset(DATASET_OF[dag_id])
         assert airflow.xcom(dag_id, run_id, "push_readings")["new_head"] == str(dataset.head())
     airflow.pause_and_settle(*FAILING_ON_PURPOSE)
+
+
+def test_the_sharing_example_started_without_a_logical_date_publishes_pulls_and_verifies(
+    airflow: AirflowDeployment, tmp_path: Path, moto_endpoint: str, s3_bucket: str
+) -> None:
+    """Example DAG 6 through the REST API: published to an S3 repository (moto), pulled into a replica
+    with every head's signature required, and the replica's transform replayed."""
+    from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
+
+    root, replica_root = tmp_path / "repo", tmp_path / "replica"
+    airflow.set_repository(root)
+    extra = {
+        "endpoint_url": moto_endpoint,
+        "aws_access_key_id": ACCESS_KEY,
+        "aws_secret_access_key": SECRET_KEY,
+        "region_name": REGION,
+    }
+    airflow.set_connection("odf_s3", "odf_repo", host=f"s3://{s3_bucket}/odf", extra=json.dumps(extra))
+    airflow.set_connection("odf_replica", "odf_repo", host=replica_root.as_uri())
+    airflow.pause(ASSET_SCHEDULED)  # only this run writes these repositories
+    airflow.enable("odf_sharing")
+    run_id = airflow.trigger("odf_sharing")
+    states = airflow.wait_for_runs("odf_sharing", [run_id], timeout=600)
+    assert states == {run_id: "success"}, airflow.failures("odf_sharing", run_id)
+    assert airflow.run("odf_sharing", run_id)["logical_date"] is None
+    origin, replica = Repository.open(root), Repository.open(replica_root)
+    for name in ("com.example.trades", "com.example.trades.daily"):
+        assert replica.dataset(name).head() == origin.dataset(name).head()
+        assert _records(replica.dataset(name)) == _records(origin.dataset(name))
+    verified = airflow.xcom("odf_sharing", run_id, "verify_replica")
+    assert verified["ok"] and verified["reproducibility"] == "checked"
+    airflow.pause_and_settle("odf_sharing")
