@@ -255,12 +255,5 @@ class OdfBaseOperator(BaseOperator):
 
     def refused_result(self) -> dict[str, Any] | None:
         """The run's facts when checks refused its data (`ChecksFailed.as_dict`: `committed` false, every
-        check's result) with `input_heads` (`refused_input_heads`); None when they did not."""
-        if self._refused is None:
-            return None
-        repo = self.repository()
-        return {**self._refused.as_dict(), "input_heads": self.refused_input_heads(repo)}
-
-    def refused_input_heads(self, repo: Repository) -> dict[str, str]:
-        """Input DID -> the block the refused data was read up to; none for ingests."""
-        return {}
+        check's result, a transform's `input_heads`); None when they did not."""
+        return None if self._refused is None else self._refused.as_dict()

@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_odf.odf.errors import OdfError
 from airflow_odf.odf.format.multiformats import DatasetId
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.schema.policy import SCHEMA_POLICIES
 from airflow_odf.odf.transform.execute import TransformOptions, run_transform
-from airflow_odf.odf.transform.plan import plan_transform
 from airflow_odf.operators.base import OdfBaseOperator, default_schema_policy
 from airflow_odf.operators.checks import check_suite, declared_checks
 
@@ -67,7 +65,6 @@ class OdfTransformOperator(OdfBaseOperator):
         self.schema_policy = schema_policy
         self.checks = declared_checks(checks)
         self.quarantine = quarantine
-        self._pins: dict[str, str] = {}  # the heads this run's inputs were pinned to
 
     def upstream_heads(self, context: Context, repo: Repository) -> dict[str, str]:
         """DID -> head, from the results upstream ODF tasks returned for this derivative's inputs."""
@@ -93,27 +90,6 @@ class OdfTransformOperator(OdfBaseOperator):
 
         return self.call(lambda: transform_input_lineage(repo, self.dataset))
 
-    def refused_input_heads(self, repo: Repository) -> dict[str, str]:
-        """Input DID -> the block the batch the checks refused read up to: the first batch planned now
-        with the run's pins (the batches before it committed). Lineage only: none if it cannot plan."""
-        try:
-            plan = plan_transform(
-                repo,
-                repo.dataset(self.dataset),
-                pinned_heads=self._pins or None,
-                max_input_records=self.max_input_records,
-                recover_from_scratch=self.recover_diverged,
-            )
-        except OdfError:
-            return {}
-        if not plan.batches:
-            return {}
-        return {
-            str(i.dataset_id): str(i.last_block_hash)
-            for i in plan.batches[0].inputs
-            if i.last_block_hash is not None
-        }
-
     def execute(self, context: Context) -> dict[str, Any]:
         repo = self.repository()
         if not isinstance(self.input_heads, dict):
@@ -122,7 +98,6 @@ class OdfTransformOperator(OdfBaseOperator):
                 "(set render_template_as_native_obj=True on the DAG when it is a template)"
             )
         pins: dict[str, str] = {**self.upstream_heads(context, repo), **self.input_heads}
-        self._pins = pins
         if pins:
             self.log.info("%s: inputs pinned to %s", self.dataset, pins)
         options = TransformOptions(

@@ -28,9 +28,11 @@ def gate(
     operation_id: str,
     quarantine_in: Path | None,
     fetch: Callable[[Path], list[Path]],
+    input_heads: dict[str, str] | None = None,
 ) -> list[CheckResult]:
     """The results when every check passed; else ChecksFailed (the slice kept under `quarantine_in`,
-    the repository's scratch space, when given; `fetch` puts its files in a folder)."""
+    the repository's scratch space, when given; `fetch` puts its files in a folder; `input_heads`: a
+    transform's inputs as the refused data read them)."""
     results = judged(suite, engine_results, alias)
     if all(r.success for r in results):
         return results
@@ -46,7 +48,7 @@ def gate(
             results=results,
             fetch=fetch,
         )
-    raise ChecksFailed(alias, results, kept)
+    raise ChecksFailed(alias, results, kept, input_heads)
 
 
 def after_commit(dataset: Dataset, head: str, results: list[CheckResult], log: Callable[[str], None]) -> None:

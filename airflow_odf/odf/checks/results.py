@@ -106,10 +106,17 @@ class ChecksFailed(OdfError):
     """Checks failed on the candidate slice: nothing was committed (the head is where it was, staged
     objects removed). `results` holds every check's result; `quarantine` where the slice was kept."""
 
-    def __init__(self, dataset: str, results: list[CheckResult], quarantine: Path | None = None) -> None:
+    def __init__(
+        self,
+        dataset: str,
+        results: list[CheckResult],
+        quarantine: Path | None = None,
+        input_heads: dict[str, str] | None = None,
+    ) -> None:
         self.dataset = dataset
         self.results = results
         self.quarantine = quarantine
+        self.input_heads = input_heads or {}  # a transform's: input DID -> block its refused data read up to
         super().__init__("\n".join(self.lines()))
 
     @property
@@ -140,4 +147,5 @@ class ChecksFailed(OdfError):
             "committed": False,
             "checks": [r.as_dict() for r in self.results],
             "quarantine": None if self.quarantine is None else str(self.quarantine),
+            "input_heads": self.input_heads,
         }

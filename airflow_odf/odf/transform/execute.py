@@ -429,6 +429,11 @@ def _gate(
             operation_id=op_dir.name,
             quarantine_in=options.work_dir if options.quarantine else None,
             fetch=fetch_written(output.written, dataset, staging),
+            input_heads={
+                str(qi.dataset_id): str(qi.new_block_hash)
+                for qi in output.execute_transform.query_inputs
+                if qi.new_block_hash is not None
+            },
         )
     except OdfError:
         if staging is not None:
