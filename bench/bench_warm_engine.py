@@ -19,9 +19,11 @@ large     The 5M-row Append ingest of `bench_ingest.py` (a) and the transform of
           (5M rows in 5 slices, filter + projection), each through the provider with the in-process
           `local` engine and with `spark-connect` on a server of the same master and driver memory,
           interleaved; the results are checked equal (records and the slices' logical hashes).
-          Target: spark-connect / local <= 1.1.
+          Target: spark-connect / local <= 1.1. `--only ingest|transform` runs one of the two; the
+          machine's load average is printed with every round.
 
 Usage: .venv/bin/python bench/bench_warm_engine.py --case pipeline|memory|large [--rounds N] [--rows N]
+       [--only ingest|transform]
 """
 
 from __future__ import annotations
@@ -510,14 +512,15 @@ def _interleaved(
         for engine in order:
             seconds, hashes[engine] = once(engine, runners[engine], f"{round_no}-{engine}")
             label = "warm-up" if round_no == 0 else f"round {round_no}"
-            print(f"{label} {kind} {engine}: {seconds:.2f} s", file=sys.stderr)
+            load = os.getloadavg()[0]
+            print(f"{label} {kind} {engine}: {seconds:.2f} s (load {load:.1f})", file=sys.stderr)
             if round_no:
                 times[engine].append(seconds)
         assert len(set(map(tuple, hashes.values()))) == 1, f"{kind}: the engines' slices differ: {hashes}"
     return times
 
 
-def bench_large(work: Path, rows: int, rounds: int) -> None:
+def bench_large(work: Path, rows: int, rounds: int, only: str | None = None) -> None:
     from bench_ingest import DDL, write_trades_csv
     from bench_transform import T0, add_derivative, build_root
 
@@ -535,8 +538,9 @@ def bench_large(work: Path, rows: int, rounds: int) -> None:
     local = LocalSparkRunner("local[*]", conf)
     get_session("local[*]", conf)
     csv = work / "trades.csv"
-    write_trades_csv(csv, rows)
-    print(f"input: {rows:,} rows, {csv.stat().st_size / 1e6:.0f} MB CSV", file=sys.stderr)
+    if only in (None, "ingest"):
+        write_trades_csv(csv, rows)
+        print(f"input: {rows:,} rows, {csv.stat().st_size / 1e6:.0f} MB CSV", file=sys.stderr)
     source = model.AddPushSource(
         source_name="default",
         read=model.ReadStepCsv(header=True, ddl_schema=DDL),
@@ -570,9 +574,11 @@ def bench_large(work: Path, rows: int, rounds: int) -> None:
 
     with ConnectServer(master="local[*]", port=0, conf={**conf, "spark.ui.enabled": "false"}) as server:
         runners = {"local": local, "spark-connect": SparkConnectRunner(server.url)}
+        cases = {"ingest": ingest, "transform": transform}
         times = {
-            "ingest": _interleaved("ingest", rounds, runners, ingest),
-            "transform": _interleaved("transform", rounds, runners, transform),
+            kind: _interleaved(kind, rounds, runners, once)
+            for kind, once in cases.items()
+            if only in (None, kind)
         }
     print()
     print(machine())
@@ -600,6 +606,7 @@ def main() -> None:
     parser.add_argument("--case", choices=("pipeline", "memory", "large"), required=False)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
     parser.add_argument("--rows", type=int, default=5_000_000, help="large: rows of the ingest and transform")
+    parser.add_argument("--only", choices=("ingest", "transform"), help="large: only this work")
     parser.add_argument("--child", nargs=2, metavar=("DAG_FILE", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -615,7 +622,7 @@ def main() -> None:
         elif args.case == "memory":
             bench_memory(work, args.rounds)
         else:
-            bench_large(work, args.rows, args.rounds)
+            bench_large(work, args.rows, args.rounds, args.only)
 
 
 if __name__ == "__main__":

@@ -17,20 +17,27 @@ already shows only filters, projections and unions (`looks_row_by_row`), the cal
 plans it meanwhile.
 
 This looks at Spark's physical plan through its JVM objects (the pinned Spark version; tests check the
-order it gives). What it cannot read, it reports as no keys.
+order it gives). What it cannot read, it reports as no keys. A Spark Connect client has no JVM objects:
+there the split settings come from the session's conf, the plan from the server's formatted `explain`
+(`served_scan_count`) and the keys from one job over the scans' hidden `_metadata` columns, run while
+Spark writes (`served_partition_keys`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
+from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from airflow_odf.engine.py4j_errors import Py4JError
-from airflow_odf.engine.session import is_connect, session_conf
+from airflow_odf.engine.session import default_parallelism, is_connect, session_conf
 
 PartitionKey = tuple[int, ...]
 """(union branches..., first offset of the file, start of the split, length of the split): sorting the
@@ -43,13 +50,14 @@ _ROW_BY_ROW = frozenset(
 )
 _OPEN_COST = "spark.sql.files.openCostInBytes"
 _MAX_PARTITION_BYTES = "spark.sql.files.maxPartitionBytes"
+_MIN_PARTITIONS = "spark.sql.files.minPartitionNum"
 # an open cost above any split size: Spark then never packs two splits into one partition
 NEVER_PACK = 1 << 50
 
 
 def can_read_plans(spark: SparkSession) -> bool:
     """Whether the session's JVM objects are reachable: a classic session. A Spark Connect session's plans
-    live in the server; its transforms read the files one by one, in offset order."""
+    live in the server: `served_scan_count` and `served_partition_keys` read them there."""
     return not is_connect(spark)
 
 
@@ -62,17 +70,49 @@ def one_split_per_partition(
     given the files' row groups' `middles`, in the files' order where `SplitPlan.of` finds that it can
     be had. A Spark whose settings cannot be read this way is left as it is: keys then come from its
     own partitions, and there are none where it packed several files into one."""
-    try:
-        conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
-        open_cost, max_bytes = conf.filesOpenCostInBytes(), conf.filesMaxPartitionBytes()
-        minimum = conf.filesMinPartitionNum()
-        parallelism = minimum.get() if minimum.isDefined() else spark.sparkContext.defaultParallelism
-    except Py4JError:
+    settings = _served_split_settings(spark) if is_connect(spark) else _split_settings(spark)
+    if settings is None:
         yield
         return
-    plan = SplitPlan.of(file_sizes, open_cost, max_bytes, parallelism, middles)
+    plan = SplitPlan.of(file_sizes, *settings, middles)
     with session_conf(spark, {_MAX_PARTITION_BYTES: str(plan.split), _OPEN_COST: str(plan.open_cost)}):
         yield
+
+
+def _split_settings(spark: SparkSession) -> tuple[int, int, int] | None:
+    """(open cost, largest split, parallelism) of a classic session, from its JVM's SQL conf."""
+    try:
+        conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
+        minimum = conf.filesMinPartitionNum()
+        parallelism = minimum.get() if minimum.isDefined() else spark.sparkContext.defaultParallelism
+        return conf.filesOpenCostInBytes(), conf.filesMaxPartitionBytes(), parallelism
+    except Py4JError:
+        return None
+
+
+def _served_split_settings(spark: SparkSession) -> tuple[int, int, int] | None:
+    """`_split_settings` of a Spark Connect session: its conf as the server states it, the server's
+    cores counted by a tiny job (`default_parallelism`)."""
+    try:
+        open_cost, max_bytes = (byte_size(spark.conf.get(key)) for key in (_OPEN_COST, _MAX_PARTITION_BYTES))
+        minimum = spark.conf.get(_MIN_PARTITIONS, None)
+        parallelism = int(minimum) if minimum else default_parallelism(spark)
+    except (PySparkException, ValueError, TypeError):
+        return None
+    return open_cost, max_bytes, parallelism
+
+
+_BYTE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+_BYTE_SIZE = re.compile(r"\s*(\d+)\s*([kmgtp]?)b?\s*", re.IGNORECASE)
+
+
+def byte_size(text: str | None) -> int:
+    """A size as Spark's conf states it (`4194304`, `128MB`, `4m`: units of 1024); ValueError for
+    anything else."""
+    match = _BYTE_SIZE.fullmatch(text or "")
+    if match is None:
+        raise ValueError(f"not a size in bytes: {text!r}")
+    return int(match.group(1)) * _BYTE_UNITS[match.group(2).lower()]
 
 
 @dataclass(frozen=True)
@@ -217,4 +257,63 @@ def _scan_keys(scan: Any, first_offsets: Mapping[str, int]) -> list[PartitionKey
             keys.append((first_offsets[names[0]], files[0].start(), files[0].length()))
         else:
             keys.append(None)
+    return keys
+
+
+# A Spark Connect client sees no JVM objects: the server's physical plan comes as `explain` formats it,
+# and the scans' splits from the rows themselves (`_metadata`, Spark's hidden columns of a file read).
+_SERVED_ROW_BY_ROW = frozenset({"Scan parquet", "ColumnarToRow", "Filter", "Project", "Union"})
+_SERVED_OPERATOR = re.compile(r"[\s:|+-]*(?:\* )?(?P<name>.+?) +\(\d+\)\s*")
+_SPLIT_COLUMNS = ("file_name", "file_block_start", "file_block_length")
+
+
+def served_scan_count(df: DataFrame) -> int | None:
+    """On Spark Connect: how many file scans `df`'s output partitions pass on row by row (a union's
+    children one after the other, as `output_scans` tells on a classic session), read from the
+    server's physical plan as its formatted `explain` shows it; None for any other plan (an exchange,
+    a sort, an aggregate, a subquery: the plan is then adaptive) or one that cannot be read."""
+    try:
+        text = df._explain_string(mode="formatted")  # type: ignore[attr-defined]
+    except PySparkException:
+        return None
+    _, found, after = text.partition("== Physical Plan ==")
+    tree = after.strip().split("\n\n", 1)[0].splitlines()
+    names = []
+    for line in tree:
+        operator = _SERVED_OPERATOR.fullmatch(line)
+        if operator is None or operator["name"] not in _SERVED_ROW_BY_ROW:
+            return None
+        names.append(operator["name"])
+    return names.count("Scan parquet") if found and names else None
+
+
+def served_partition_keys(
+    reads: list[DataFrame], first_offsets: Mapping[str, int]
+) -> list[PartitionKey | None] | None:
+    """On Spark Connect: `partition_keys` from the data. `reads` are the file reads whose union, in
+    order, the output's partitions pass on row by row (`served_scan_count`), under the same split
+    settings: one job maps every partition of that union that reads rows to the file and split its
+    rows come from (Spark's `_metadata` columns: no data column is read). A partition that reads no
+    rows writes none: its key is None, as is one of several splits; None unless every split is of a
+    file in `first_offsets`."""
+    mapped = reduce(
+        DataFrame.union,
+        [read.select(*(F.col(f"_metadata.{c}").alias(c) for c in _SPLIT_COLUMNS)) for read in reads],
+    )
+    name, start, length = _SPLIT_COLUMNS
+    per_partition = (
+        mapped.select(F.spark_partition_id().alias("partition"), *_SPLIT_COLUMNS)
+        .groupBy("partition")
+        .agg(F.min(name), F.max(name), F.min(start), F.max(start), F.min(length))
+    )
+    try:
+        rows = per_partition.collect()
+    except PySparkException:
+        return None
+    keys: list[PartitionKey | None] = [None] * max([1, *(row[0] + 1 for row in rows)])
+    for partition, first_name, last_name, first_start, last_start, split_length in rows:
+        if first_name not in first_offsets or last_name not in first_offsets:
+            return None
+        if (first_name, first_start) == (last_name, last_start):  # else several splits: no key
+            keys[partition] = (first_offsets[first_name], first_start, split_length)
     return keys

@@ -8,6 +8,7 @@ the helpers here answer for both kinds.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
@@ -118,11 +119,26 @@ def context_stopped(spark: SparkSession) -> bool:
 
 def default_parallelism(spark: SparkSession) -> int:
     """The number of cores Spark spreads work over. Spark Connect has no SparkContext to ask: there, a
-    `range` without a partition count gets that many partitions, and a tiny job counts them."""
+    `range` without a partition count gets that many partitions, and a tiny job counts them (once per
+    session: a transform asks for its split plan and again for its parts publisher)."""
     if not is_connect(spark):
         return spark.sparkContext.defaultParallelism
-    partitions = spark.range(1 << 16).select(F.spark_partition_id().alias("p")).agg(F.max("p"))
-    return partitions.first()[0] + 1
+    session_id = spark.session_id
+    cores = _CONNECT_CORES.get(session_id)
+    if cores is None:
+        partitions = spark.range(1 << 16).select(F.spark_partition_id().alias("p")).agg(F.max("p"))
+        cores = partitions.first()[0] + 1
+        with _CONNECT_CORES_LOCK:
+            while len(_CONNECT_CORES) >= _CONNECT_CORES_KEPT:  # the oldest sessions' (dicts keep order)
+                del _CONNECT_CORES[next(iter(_CONNECT_CORES))]
+            _CONNECT_CORES[session_id] = cores
+    return cores
+
+
+_CONNECT_CORES: dict[str, int] = {}
+"""Spark Connect session id -> its server's cores (`default_parallelism`); a session per request."""
+_CONNECT_CORES_KEPT = 64
+_CONNECT_CORES_LOCK = threading.Lock()
 
 
 def persist_for_request(df: DataFrame) -> DataFrame:

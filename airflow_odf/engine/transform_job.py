@@ -17,12 +17,13 @@ does not even decode its offsets). The files wholly in range are read in one Spa
 partition; when the query passes those partitions on row by row (filters, projections, unions), the
 plan tells which file and split each output partition came from (read while Spark writes, and even
 planned then when the analyzed plan shows a plain filter or projection), and the writer puts the
-partitions in offset order (partition_order.py). Any other query is planned again over one read per file,
-concatenated in offset order (one read of all files would not do there: Spark orders partitions
-largest first), so that the view is in offset order before Spark exchanges rows. When the footers or
-the offsets do not show the order, or the input is many small files (a read per file costs about
-0.04 s of planning and set-up), the input is sorted by offset instead (range partitions, sorted in
-parallel).
+partitions in offset order (partition_order.py; on Spark Connect, for one input, from the server's
+formatted plan and one job over the scans' `_metadata`, run while Spark writes). Any other query is
+planned again over one read per file, concatenated in offset order (one read of all files would not do
+there: Spark orders partitions largest first), so that the view is in offset order before Spark
+exchanges rows. When the footers or the offsets do not show the order, or the input is many small
+files (a read per file costs about 0.04 s of planning and set-up), the input is sorted by offset
+instead (range partitions, sorted in parallel).
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import os
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import reduce
+from functools import partial, reduce
 from typing import Any
 
 import numpy as np
@@ -52,6 +54,8 @@ from airflow_odf.engine.partition_order import (
     one_split_per_partition,
     output_scans,
     partition_keys,
+    served_partition_keys,
+    served_scan_count,
 )
 from airflow_odf.engine.parts_publisher import PartsTarget, row_group_midpoints
 from airflow_odf.engine.preprocess import run_sql
@@ -130,26 +134,31 @@ def _input_view(spark: SparkSession, source: _Input, *, file_by_file: bool) -> D
     """The input's records with offsets in `[start, end]`: sorted, or the slices read in place —
     `file_by_file` (in offset order) or the files wholly in range in one read (in Spark's partition
     order, which `partition_keys` maps back to offset order)."""
-    reader = spark.read.schema(source.struct)
     if not source.paths:
         return spark.createDataFrame([], source.struct)
     if source.in_place is None:
         offset = _offset(source)
+        reader = spark.read.schema(source.struct)
         return reader.parquet(*source.paths).filter(_in_range(offset, source)).orderBy(offset)
+    reads = _reads(spark, source, file_by_file=file_by_file)
+    in_range = _in_range(_offset(source), source) if any(filtered for _, filtered in reads) else None
+    views = [read.filter(in_range) if filtered else read for read, filtered in reads]
+    return reduce(DataFrame.union, views) if views else spark.createDataFrame([], source.struct)
+
+
+def _reads(spark: SparkSession, source: _Input, *, file_by_file: bool) -> list[tuple[DataFrame, bool]]:
+    """The reads of an input's slices in place, in offset order, and whether each must be filtered to
+    the request's range: a read per file (`file_by_file`), or the files wholly in range in one read."""
     groups: list[tuple[list[str], bool]] = []  # (files, filtered to the range), in offset order
-    for r in source.in_place:
+    for r in source.in_place or []:
         # a file wholly in range needs no filter: Spark then does not even decode its offsets
         whole = source.start <= r.first and r.last <= source.end
         if whole and not file_by_file and groups and not groups[-1][1]:
             groups[-1][0].append(r.path)
         else:
             groups.append(([r.path], not whole))
-    in_range = _in_range(_offset(source), source) if any(filtered for _, filtered in groups) else None
-    reads = [
-        reader.parquet(*files).filter(in_range) if filtered else reader.parquet(*files)
-        for files, filtered in groups
-    ]
-    return reduce(DataFrame.union, reads) if reads else spark.createDataFrame([], source.struct)
+    reader = spark.read.schema(source.struct)
+    return [(reader.parquet(*files), filtered) for files, filtered in groups]
 
 
 def _offset(source: _Input) -> Column:
@@ -278,20 +287,17 @@ def _transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
         # the offset columns are read (pyarrow, without the GIL) while Spark plans the one-scan query
         check = helper.submit(_offsets_checked, footers)
         # into a bucket, the partitions are written in their own order (`write_in_frame_order_in_place`)
-        if in_place and can_read_plans(spark) and not is_uri(request["out_dir"]):
+        if in_place and _keys_can_be_had(spark, footers) and not is_uri(request["out_dir"]):
             sizes = [os.path.getsize(r.path) for r in in_place]
             target = _parts_target(request, in_place)
             # the parts published: in the files' order where it can be had
             middles = None if target is None else list(target.midpoints.values())
             with one_split_per_partition(spark, sizes, middles):
                 output = _output(spark, request, footers, vocab, file_by_file=False)
-                # a plain filter or projection is planned while Spark writes; anything else now (the
-                # optimizer may still make it row by row: a CTE, say)
-                row_by_row = looks_row_by_row(output)
-                scans = None if row_by_row else output_scans(output)
+                find_keys = _keys_finder(spark, output, footers, _first_offsets(in_place))
                 inputs, all_in_order = check.result()
-                if (row_by_row or scans is not None) and all_in_order:
-                    keys = helper.submit(_keys_while_writing, output, scans, _first_offsets(in_place))
+                if find_keys is not None and all_in_order:
+                    keys = helper.submit(find_keys)
                     written = _written(output, request, vocab, keys, target)
                     if written is not None:
                         return written
@@ -358,6 +364,38 @@ def _output(
     views = {source.alias: _input_view(spark, source, file_by_file=file_by_file) for source in inputs}
     result = run_sql(spark, views, request["queries"], "transform")
     return _check_output(normalize_timestamps(result), vocab)
+
+
+def _keys_can_be_had(spark: SparkSession, inputs: list[_Input]) -> bool:
+    """Whether the output partitions' keys can be had: from the plan's JVM objects (a classic session),
+    or on Spark Connect from the data of the one input's reads (`served_partition_keys`; with several
+    inputs the formatted plan does not tell which scan is which), unless a data column hides Spark's
+    `_metadata`. On Connect the server's Spark writes the parts and this process splices them: it sees
+    them where the server wrote them, as it sees the request's files (`connect_runner` refuses a server
+    that does not); into a bucket, nothing is spliced here (`write_in_frame_order_in_place`)."""
+    if can_read_plans(spark):
+        return True
+    return len(inputs) == 1 and "_metadata" not in inputs[0].struct.fieldNames()
+
+
+def _keys_finder(
+    spark: SparkSession, output: DataFrame, inputs: list[_Input], first_offsets: dict[str, int]
+) -> Callable[[], list[PartitionKey | None] | None] | None:
+    """What reads the output partitions' keys while Spark writes (in the helper thread), or None when
+    the plan shows now that the output does more than pass its scans' partitions on row by row."""
+    if not can_read_plans(spark):
+        (source,) = inputs
+        reads = _reads(spark, source, file_by_file=False)
+        if served_scan_count(output) != len(reads):  # another plan, or an input read twice
+            return None
+        return partial(served_partition_keys, [read for read, _ in reads], first_offsets)
+    # a plain filter or projection is planned while Spark writes; anything else now (the optimizer may
+    # still make it row by row: a CTE, say)
+    row_by_row = looks_row_by_row(output)
+    scans = None if row_by_row else output_scans(output)
+    if not row_by_row and scans is None:
+        return None
+    return partial(_keys_while_writing, output, scans, first_offsets)
 
 
 def _keys_while_writing(

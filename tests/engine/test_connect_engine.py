@@ -11,8 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
+from airflow_odf.engine import transform_job
 from airflow_odf.engine.connect_runner import (
     ConnectUnreachableError,
     SparkConnectRunner,
@@ -20,6 +22,7 @@ from airflow_odf.engine.connect_runner import (
     open_session,
 )
 from airflow_odf.engine.local_runner import LocalSparkRunner
+from airflow_odf.engine.partition_order import served_partition_keys
 from airflow_odf.engine.session import default_parallelism, get_session
 from airflow_odf.odf.chain.data_access import read_slice
 from airflow_odf.odf.chain.dataset import Dataset
@@ -314,3 +317,99 @@ def test_the_server_tells_its_cores_as_the_local_session_does(
             assert spark.conf.get("spark.sql.caseSensitive") == "true"
         finally:
             spark.stop()
+
+
+TRADES = "trades"
+# small row groups and splits on the server: several splits per slice file, most of them holding no row
+# group's middle (they read no rows), so that the partition-to-split mapping is tested on small files
+SMALL_SPLITS = {"parquet.block.size": "32768", "spark.sql.files.maxPartitionBytes": "24576"}
+# the first push's prices are all below 100,000: this filter empties its file's partitions
+ROW_BY_ROW = (
+    f"SELECT op, event_time, symbol, price * 2 AS doubled FROM {TRADES} "
+    "WHERE price >= 100000 AND price % 3 <> 0"
+)
+EXCHANGING = f"SELECT event_time, symbol, price FROM {TRADES} WHERE price % 5 <> 0 ORDER BY price DESC"
+
+
+_PRICES = [range(push * 100_000, push * 100_000 + 20_000) for push in range(3)]
+
+
+def _trades_root(tmp_path: Path, engine: EngineRunner) -> Repository:
+    """A root of three slices (three pushes of 20,000 rows in event-time order, each slice of several
+    row groups); prices are unique."""
+    repo = Repository.init(tmp_path / "repo")
+    read = model.ReadStepCsv(
+        header=True, ddl_schema=["event_time TIMESTAMP", "symbol STRING", "price BIGINT"]
+    )
+    source = model.AddPushSource(source_name="default", read=read, merge=model.MergeStrategyAppend())
+    repo.add(
+        model.DatasetSnapshot(name=TRADES, kind=model.DatasetKind.ROOT, metadata=[source]), system_time=T0
+    )
+    for push in range(3):
+        path = tmp_path / f"trades-{push}.csv"
+        rows = (
+            f"2024-02-{push + 1:02d}T{n // 3600:02d}:{n // 60 % 60:02d}:{n % 60:02d}Z,S{n % 17},{price}\n"
+            for n, price in enumerate(_PRICES[push])
+        )
+        path.write_text("event_time,symbol,price\n" + "".join(rows))
+        options = IngestOptions(work_dir=tmp_path / "work")
+        push_ingest(repo.dataset(TRADES), TRADES, engine, [path], options, system_time=_t(push + 1))
+    return repo
+
+
+def test_a_row_by_row_transform_on_connect_takes_the_local_path_and_gives_the_same_slice(
+    runner: LocalSparkRunner, connect_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Connect, a filter and projection over a multi-slice input is written in frame order from one
+    scan (its partitions mapped to the input's files and splits from the data), a query that exchanges
+    rows falls back to a read per file: both give what the local engine gives."""
+    connect = SparkConnectRunner(connect_url, SMALL_SPLITS)
+    repo = _trades_root(tmp_path, connect)
+    assert len(_slices(repo.dataset(TRADES))) == 3
+    assert all(meta.num_row_groups > 1 for meta in map(pq.read_metadata, _slice_files(repo.dataset(TRADES))))
+    mapped: list[list[Any] | None] = []
+
+    def recorded(*args: Any) -> list[Any] | None:
+        mapped.append(keys := served_partition_keys(*args))
+        return keys
+
+    monkeypatch.setattr(transform_job, "served_partition_keys", recorded)
+    for number, query in enumerate((ROW_BY_ROW, EXCHANGING)):
+        mapped.clear()
+        names = {}
+        for engine_name, engine in (("local", runner), ("connect", connect)):
+            name = names[engine_name] = f"{TRADES}.{engine_name}{number}"
+            repo.add(_derivative_of(TRADES, name, query), system_time=T0)
+            run_transform(repo, name, engine, TransformOptions(work_dir=tmp_path / "work"), system_time=_t(9))
+        ours, theirs = repo.dataset(names["connect"]), repo.dataset(names["local"])
+        records = _records(ours)
+        assert records == _records(theirs)
+        assert [_comparable(e) for e in _events(ours)] == [_comparable(e) for e in _events(theirs)]
+        assert [logical_hash_of_parquet(path) for path in _slice_files(ours)] == [
+            s.logical_hash for s in _slices(theirs)
+        ]
+        assert verify_integrity(ours) == []
+        assert [r["offset"] for r in records] == list(range(len(records)))
+        if query == ROW_BY_ROW:
+            (keys,) = mapped  # the frame-order path: every non-empty partition mapped to one split
+            assert keys is not None and len([k for k in keys if k is not None]) > 3
+            assert None in keys  # partitions that read no rows
+            expected = [2 * p for prices in _PRICES for p in prices if p >= 100_000 and p % 3]
+            assert [r["doubled"] for r in records] == expected
+            assert {r["op"] for r in records} == {0}
+        else:
+            assert mapped == []  # not row by row: a read per file
+            expected = sorted((p for prices in _PRICES for p in prices if p % 5), reverse=True)
+            assert [r["price"] for r in records] == expected
+
+
+def _derivative_of(input_name: str, name: str, query: str) -> model.DatasetSnapshot:
+    transform = model.SetTransform(
+        inputs=[model.TransformInput(dataset_ref=input_name)],
+        transform=model.TransformSql(engine="spark", queries=[model.SqlQueryStep(alias=None, query=query)]),
+    )
+    return model.DatasetSnapshot(name=name, kind=model.DatasetKind.DERIVATIVE, metadata=[transform])
+
+
+def _slice_files(dataset: Dataset) -> list[Path]:
+    return [dataset.store.local_path(f"data/{s.physical_hash}") for s in _slices(dataset)]
