@@ -500,8 +500,9 @@ def main() -> None:
                 f"{got:,} bytes; its work dir held at most {odf.scratch_peak:,} bytes ({odf.scratch_after:,} "
                 f"after): {through:,} bytes, {100 * through / csv_bytes:.3f}% of the CSV (target <= 1%); "
                 f"Spark's s3a (executors and driver): {odf.s3a_bytes[0]:,} requests, sent "
-                f"{odf.s3a_bytes[1]:,}, got {odf.s3a_bytes[2]:,} bytes; the executors' Python (hashing "
-                f"the slices where they are): {odf.hashing_bytes[0]:,} requests, got "
+                f"{odf.s3a_bytes[1]:,}, got {odf.s3a_bytes[2]:,} bytes; the executors' Python (uploading "
+                f"and hashing the slices in one pass, or reading them back to hash them): "
+                f"{odf.hashing_bytes[0]:,} requests, sent {odf.hashing_bytes[1]:,}, got "
                 f"{odf.hashing_bytes[2]:,} bytes"
             )
         print(f"ODF / bare: {', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f})")

@@ -6,6 +6,7 @@ inference shares with it (reading the inputs, the output frame).
 from __future__ import annotations
 
 import base64
+import logging
 import os
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_odf.engine import one_pass_writer
 from airflow_odf.engine.checks import evaluate_checks, failed, refuse_hostile_checks
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.event_time_order import write_if_in_order
@@ -39,6 +41,7 @@ from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
     normalize_timestamps,
     parse_time,
+    sorted_rows,
     with_event_time,
     with_system_columns,
     write_slices,
@@ -51,6 +54,7 @@ _POSITION_BITS = 44  # row positions below 2**44: up to 2,048 Spark partitions p
 # Inputs up to this size (with no merge state joined in) are read in one task, together with their sort:
 # a parallel read would save less than the shuffle (and planning) that gathers them into one partition.
 _GATHER_BYTES = 16 * 1024 * 1024
+_log = logging.getLogger(__name__)
 
 
 def arrow_schema(text: str | None) -> pa.Schema | None:
@@ -242,6 +246,8 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     written = None
     if not (in_place or gather) and num_partitions == 1 and _may_be_in_order(request, state):
         written = _write_if_in_order(new, request, vocab)
+    if in_place and written is None:
+        written = _write_in_one_pass(new, state, request, vocab, num_partitions=num_partitions, gather=gather)
     if written is None:
         output = ingest_output(
             new,
@@ -290,6 +296,42 @@ def _may_be_in_order(request: dict[str, Any], state: DataFrame | None) -> bool:
         and orders_by_event_time(request["merge"])
         and not request.get("max_records_per_slice")
         and not _read_in_one_scan(request)
+    )
+
+
+def _write_in_one_pass(
+    new: DataFrame,
+    state: DataFrame | None,
+    request: dict[str, Any],
+    vocab: Vocab,
+    *,
+    num_partitions: int,
+    gather: bool,
+) -> tuple[list[WrittenSlice], str] | None:
+    """The slices written into the bucket, counted and hashed in one pass (`one_pass_writer`), or None
+    when that path cannot promise the two-pass result (the reason is logged)."""
+    data, sort_columns = _merged(new, state, request, vocab)
+    rows = sorted_rows(
+        data,
+        sort_columns,
+        vocab=vocab,
+        num_partitions=num_partitions,
+        gather=gather,
+        drop_columns=(ROW_COLUMN,),
+    )
+    reason = one_pass_writer.refusal(new.sparkSession, rows, num_partitions)
+    if reason is not None:
+        level = logging.INFO if reason == one_pass_writer.TURNED_OFF else logging.WARNING
+        _log.log(level, "the ingest writes its slices, then counts and hashes them apart: %s", reason)
+        return None
+    return one_pass_writer.write_in_one_pass(
+        rows,
+        request["out_dir"],
+        vocab=vocab,
+        system_time=parse_time(request["system_time"]),
+        next_offset=request["next_offset"],
+        num_partitions=num_partitions,
+        max_records_per_slice=request.get("max_records_per_slice"),
     )
 
 

@@ -33,7 +33,7 @@ from airflow_odf.utils.hashing.file_hashes import (
     physical_hash_of_stream,
 )
 
-_DESCRIPTION = (
+DESCRIPTION = (
     "path string, size long, num_rows long, offset_start long, offset_end long, max_event_time string, "
     "null_columns array<string>, physical_hash string, logical_hash string, arrow_schema string"
 )
@@ -69,7 +69,7 @@ def describe_written(spark: SparkSession, folder: str, vocab: Vocab | None) -> l
         raise EngineInputError("internal", f"Spark wrote no Parquet file into {folder}")
     describe = functools.partial(_describe_batches, store_access(spark), vocab)
     files = spark.createDataFrame([(path,) for path in paths], "path string").repartition(len(paths))
-    return [RemoteFile(**row.asDict()) for row in files.mapInArrow(describe, _DESCRIPTION).collect()]
+    return [RemoteFile(**row.asDict()) for row in files.mapInArrow(describe, DESCRIPTION).collect()]
 
 
 def parquet_footer_schema(spark: SparkSession, uri: str) -> pa.Schema | None:
@@ -108,10 +108,10 @@ def _describe_batches(
     """Runs on the executors: one description per path, the file opened where it is."""
     for batch in batches:
         described = [describe_parquet(path, access, vocab) for path in batch.column("path").to_pylist()]
-        yield pa.RecordBatch.from_pylist([d.__dict__ for d in described], schema=_ARROW_DESCRIPTION)
+        yield pa.RecordBatch.from_pylist([d.__dict__ for d in described], schema=ARROW_DESCRIPTION)
 
 
-_ARROW_DESCRIPTION = pa.schema(
+ARROW_DESCRIPTION = pa.schema(
     [
         ("path", pa.string()),
         ("size", pa.int64()),
@@ -133,7 +133,7 @@ def describe_parquet(uri: str, access: StoreAccess, vocab: Vocab | None) -> Remo
     stream that the physical hash sees on its way into a temporary copy on the executor's disk; the rest
     is read from that copy (memory-mapped: bounded by what the reader touches, not by the file)."""
     fs, path = access.open(uri)
-    with tempfile.TemporaryDirectory(prefix="odf-describe-", dir=_executor_scratch()) as folder:
+    with tempfile.TemporaryDirectory(prefix="odf-describe-", dir=executor_scratch()) as folder:
         copy = os.path.join(folder, "file.parquet")
         with fs.open_input_stream(path) as stream, open(copy, "wb") as sink:
             physical_hash = physical_hash_of_stream(stream, copy_to=sink)
@@ -145,7 +145,7 @@ def describe_parquet(uri: str, access: StoreAccess, vocab: Vocab | None) -> Remo
                 start, end = described.offset_start, described.offset_end
                 max_event_time = described.max_event_time
             schema = meta.schema.to_arrow_schema().remove_metadata()
-            null_columns = _null_columns(file, meta, schema)
+            nulls = null_columns(file, meta, schema)
             logical_hash = logical_hash_of_parquet(file)
             size = file.size()
     return RemoteFile(
@@ -155,20 +155,20 @@ def describe_parquet(uri: str, access: StoreAccess, vocab: Vocab | None) -> Remo
         offset_start=start,
         offset_end=end,
         max_event_time=max_event_time,
-        null_columns=null_columns,
+        null_columns=nulls,
         physical_hash=physical_hash,
         logical_hash=logical_hash,
         arrow_schema=base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
     )
 
 
-def _executor_scratch() -> str | None:
+def executor_scratch() -> str | None:
     """Where Spark keeps the executor's scratch files (`SPARK_LOCAL_DIRS`, as the worker sets it for its
     executors), else the system's temporary directory."""
     return (os.environ.get("SPARK_LOCAL_DIRS") or "").split(",")[0] or None
 
 
-def _null_columns(file: pa.NativeFile, meta: pq.FileMetaData, schema: pa.Schema) -> list[str]:
+def null_columns(file: pa.NativeFile, meta: pq.FileMetaData, schema: pa.Schema) -> list[str]:
     """The top-level columns holding a null: from the footer's counts when every column is one Parquet
     column with statistics, else from the values."""
     flat = meta.num_columns == len(schema)

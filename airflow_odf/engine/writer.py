@@ -8,7 +8,8 @@ Ingest (`with_system_columns` + `write_slices`): offsets follow a total sort ord
 from `next_offset`; they are assigned without funnelling the rows through one partition: the sorted
 frame is range-partitioned, each partition is counted, and each row's offset is its partition's base
 plus its position in the partition. Each written file holds a contiguous offset range and becomes one
-slice.
+slice. Into a bucket the ingest takes the same sorted partitions (`sorted_rows`) and writes, counts
+and hashes them in one pass instead (`one_pass_writer`), where it can.
 
 Transform (`write_in_frame_order`): offsets follow the frame's own order (partition by partition, in
 partition order or in the order of keys the caller gives) and the output is one slice. Spark writes the
@@ -109,20 +110,27 @@ def with_system_columns(
     the sorted rows are persisted — they are counted, written and folded into the merge state — until the
     request ends.
     """
-    df = with_event_time(df, vocab)
-    if num_partitions <= 1 and (
-        gather or (not is_connect(df.sparkSession) and df.rdd.getNumPartitions() == 1)
-    ):
-        df = df.coalesce(1)
-    else:
-        df = df.repartitionByRange(max(1, num_partitions), *sort_columns)
-    ordered = df.sortWithinPartitions(*sort_columns).withColumn(_PARTITION, F.spark_partition_id())
+    ordered = sorted_rows(
+        df, sort_columns, vocab=vocab, num_partitions=num_partitions, gather=gather, drop_columns=drop_columns
+    )
+    return numbered(
+        ordered, vocab=vocab, system_time=system_time, next_offset=next_offset, count=num_partitions > 1
+    )
+
+
+def numbered(
+    ordered: DataFrame, *, vocab: Vocab, system_time: datetime, next_offset: int, count: bool
+) -> DataFrame:
+    """`sorted_rows` with their offsets (contiguous from `next_offset`, partition by partition) and
+    system time. `count`: the frame may have several partitions, which are persisted and counted for
+    their bases (else it has one, whose base is the next offset)."""
+    ordered = ordered.withColumn(_PARTITION, F.spark_partition_id())
     ordered = ordered.withColumn(
         _POSITION,
         F.monotonically_increasing_id() - F.shiftleft(F.col(_PARTITION).cast("long"), 33),
     )
     counts = {0: 0}  # one partition: its base is the next offset, no counting pass needed
-    if num_partitions > 1:
+    if count:
         ordered = persist_for_request(ordered)
         counts = dict(ordered.groupBy(_PARTITION).count().collect())
     base, bases = next_offset, {}
@@ -132,21 +140,43 @@ def with_system_columns(
     partition_base = F.lit(next_offset).cast("long")
     for partition, start in bases.items():
         partition_base = F.when(F.col(_PARTITION) == partition, F.lit(start)).otherwise(partition_base)
-    hidden = {_PARTITION, _POSITION, SOURCE_EVENT_TIME_COLUMN, *drop_columns}
-    data_columns = [
-        F.col(f"`{c}`")
-        for c in df.columns
-        if c not in hidden and c not in (vocab.operation_type_column, vocab.event_time_column)
-    ]
-    system_time_ms = _system_time_ms(system_time)
-    result = ordered.select(
+    op, et = vocab.operation_type_column, vocab.event_time_column
+    return ordered.select(
         (partition_base + F.col(_POSITION)).cast("long").alias(vocab.offset_column),
-        F.col(f"`{vocab.operation_type_column}`").cast("int").alias(vocab.operation_type_column),
-        F.lit(system_time_ms).cast(T.TimestampType()).alias(vocab.system_time_column),
-        F.col(f"`{vocab.event_time_column}`"),
-        *data_columns,
+        F.col(f"`{op}`"),
+        F.lit(_system_time_ms(system_time)).cast(T.TimestampType()).alias(vocab.system_time_column),
+        F.col(f"`{et}`"),
+        *[F.col(f"`{c}`") for c in ordered.columns if c not in (op, et, _PARTITION, _POSITION)],
     )
-    return result
+
+
+def sorted_rows(
+    df: DataFrame,
+    sort_columns: list[Column],
+    *,
+    vocab: Vocab,
+    num_partitions: int,
+    gather: bool,
+    drop_columns: tuple[str, ...] = (),
+) -> DataFrame:
+    """The rows as `with_system_columns` numbers them: `op` (Int32), the event time (coalesced with the
+    source's) and the data columns, range-partitioned by `sort_columns` and sorted within partitions
+    (see there for `num_partitions` and `gather`). Also what `one_pass_writer` writes."""
+    df = with_event_time(df, vocab)
+    if num_partitions <= 1 and (
+        gather or (not is_connect(df.sparkSession) and df.rdd.getNumPartitions() == 1)
+    ):
+        df = df.coalesce(1)
+    else:
+        df = df.repartitionByRange(max(1, num_partitions), *sort_columns)
+    ordered = df.sortWithinPartitions(*sort_columns)
+    hidden = {SOURCE_EVENT_TIME_COLUMN, *drop_columns}
+    op, et = vocab.operation_type_column, vocab.event_time_column
+    return ordered.select(
+        F.col(f"`{op}`").cast("int").alias(op),
+        F.col(f"`{et}`"),
+        *[F.col(f"`{c}`") for c in df.columns if c not in hidden and c not in (op, et)],
+    )
 
 
 def with_event_time(df: DataFrame, vocab: Vocab) -> DataFrame:
@@ -240,7 +270,7 @@ def write_in_frame_order_in_place(
     target = f"{out_dir.rstrip('/')}/data"
     _write_parquet(written, target, None)
     files = describe_written(df.sparkSession, target, vocab)
-    return _slices_of(files), min(files, key=lambda f: f.path).arrow_schema
+    return slices_of(files), min(files, key=lambda f: f.path).arrow_schema
 
 
 def _parts_frame(df: DataFrame, vocab: Vocab) -> DataFrame:
@@ -421,10 +451,10 @@ def write_slices_in_place(
     target = f"{out_dir.rstrip('/')}/data"
     _write_parquet(df, target, max_records_per_slice)
     files = describe_written(df.sparkSession, target, vocab)
-    return _slices_of(files), min(files, key=lambda f: f.path).arrow_schema
+    return slices_of(files), min(files, key=lambda f: f.path).arrow_schema
 
 
-def _slices_of(files: list[RemoteFile]) -> list[WrittenSlice]:
+def slices_of(files: list[RemoteFile]) -> list[WrittenSlice]:
     """The non-empty files the executors described, as slices in offset order."""
     slices = [
         WrittenSlice(

@@ -73,7 +73,9 @@ def s3a_runner(moto_endpoint: str) -> Iterator[LocalSparkRunner]:
     yield from s3a_session_runner(moto_endpoint, {"spark.sql.shuffle.partitions": "4"})
 
 
-def s3a_session_runner(endpoint: str, extra: dict[str, str]) -> Iterator[LocalSparkRunner]:
+def s3a_session_runner(
+    endpoint: str, extra: dict[str, str], master: str = "local[2]"
+) -> Iterator[LocalSparkRunner]:
     """The in-process engine on a fresh session with the s3a jars and the settings of the S3 server at
     `endpoint` (the suite's shared session, which has no jars, is stopped first and after). The keys go
     through `get_session`, which sets them on the running session, never on the JVM's command line."""
@@ -81,9 +83,9 @@ def s3a_session_runner(endpoint: str, extra: dict[str, str]) -> Iterator[LocalSp
         endpoint=endpoint, region=REGION, path_style=True, access_key=ACCESS_KEY, secret_key=SECRET_KEY
     )
     _stop_spark()
-    get_session("local[2]", {**conf, "spark.driver.memory": "2g", **extra})
+    get_session(master, {**conf, "spark.driver.memory": "2g", **extra})
     try:
-        yield LocalSparkRunner("local[2]")
+        yield LocalSparkRunner(master)
     finally:
         _stop_spark()
 
