@@ -26,6 +26,7 @@ Spark writes (`served_partition_keys`).
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from functools import reduce
 from typing import Any
 
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_odf.engine.py4j_errors import Py4JError
@@ -61,16 +62,24 @@ def can_read_plans(spark: SparkSession) -> bool:
     return not is_connect(spark)
 
 
+SplitSettings = tuple[int, int, int]
+"""(open cost, largest split, parallelism): what Spark makes its file splits from."""
+
+
 @contextmanager
 def one_split_per_partition(
-    spark: SparkSession, file_sizes: list[int], middles: list[list[int]] | None = None
+    spark: SparkSession,
+    file_sizes: list[int],
+    middles: list[list[int]] | None = None,
+    settings: SplitSettings | None = None,
 ) -> Iterator[None]:
     """For the body's file reads: each split in a partition of its own (the session's settings are
     restored afterwards), the splits as large as Spark would make them for files of `file_sizes`, or,
     given the files' row groups' `middles`, in the files' order where `SplitPlan.of` finds that it can
-    be had. A Spark whose settings cannot be read this way is left as it is: keys then come from its
-    own partitions, and there are none where it packed several files into one."""
-    settings = _served_split_settings(spark) if is_connect(spark) else _split_settings(spark)
+    be had. The session's `split_settings` are read unless given. A Spark whose settings cannot be read
+    is left as it is: keys then come from its own partitions, and there are none where it packed several
+    files into one."""
+    settings = settings or split_settings(spark)
     if settings is None:
         yield
         return
@@ -79,8 +88,15 @@ def one_split_per_partition(
         yield
 
 
-def _split_settings(spark: SparkSession) -> tuple[int, int, int] | None:
-    """(open cost, largest split, parallelism) of a classic session, from its JVM's SQL conf."""
+def split_settings(spark: SparkSession) -> SplitSettings | None:
+    """The session's `SplitSettings`; None when they cannot be read. They apply when Spark plans a scan,
+    so a caller may read them while it builds its frames (on Spark Connect the server's cores take a
+    tiny job)."""
+    return _served_split_settings(spark) if is_connect(spark) else _split_settings(spark)
+
+
+def _split_settings(spark: SparkSession) -> SplitSettings | None:
+    """`split_settings` of a classic session, from its JVM's SQL conf."""
     try:
         conf = spark._jsparkSession.sessionState().conf()  # type: ignore[attr-defined]
         minimum = conf.filesMinPartitionNum()
@@ -90,7 +106,7 @@ def _split_settings(spark: SparkSession) -> tuple[int, int, int] | None:
         return None
 
 
-def _served_split_settings(spark: SparkSession) -> tuple[int, int, int] | None:
+def _served_split_settings(spark: SparkSession) -> SplitSettings | None:
     """`_split_settings` of a Spark Connect session: its conf as the server states it, the server's
     cores counted by a tiny job (`default_parallelism`)."""
     try:
@@ -287,33 +303,41 @@ def served_scan_count(df: DataFrame) -> int | None:
     return names.count("Scan parquet") if found and names else None
 
 
+def _any_of(conditions: list[Column]) -> Column:
+    """The conditions' OR as a balanced tree: a chain of hundreds would nest as deep in the plan sent."""
+    if len(conditions) == 1:
+        return conditions[0]
+    half = len(conditions) // 2
+    return _any_of(conditions[:half]) | _any_of(conditions[half:])
+
+
 def served_partition_keys(
-    reads: list[DataFrame], first_offsets: Mapping[str, int]
+    reads: list[DataFrame], first_offsets: Mapping[str, int], offset: Column, row_group_firsts: list[int]
 ) -> list[PartitionKey | None] | None:
     """On Spark Connect: `partition_keys` from the data. `reads` are the file reads whose union, in
     order, the output's partitions pass on row by row (`served_scan_count`), under the same split
-    settings: one job maps every partition of that union that reads rows to the file and split its
-    rows come from (Spark's `_metadata` columns: no data column is read). A partition that reads no
-    rows writes none: its key is None, as is one of several splits; None unless every split is of a
-    file in `first_offsets`."""
-    mapped = reduce(
-        DataFrame.union,
-        [read.select(*(F.col(f"_metadata.{c}").alias(c) for c in _SPLIT_COLUMNS)) for read in reads],
-    )
-    name, start, length = _SPLIT_COLUMNS
-    per_partition = (
-        mapped.select(F.spark_partition_id().alias("partition"), *_SPLIT_COLUMNS)
-        .groupBy("partition")
-        .agg(F.min(name), F.max(name), F.min(start), F.max(start), F.min(length))
-    )
+    settings; `row_group_firsts` the first offset of every row group of their files. One job maps
+    every partition of that union that reads rows to the file and split its rows come from (Spark's
+    `_metadata` columns), from the rows of those offsets only: a partition reads whole row groups, and
+    the filter goes down to Parquet, which skips the other pages (no other column, no exchange). A
+    partition that reads no rows writes none: its key is None, as is one of several splits; None
+    unless every split is of a file in `first_offsets`."""
+    firsts = _any_of([offset == first for first in sorted(set(row_group_firsts))])
+    located = [
+        read.filter(firsts).select(*(F.col(f"_metadata.{c}").alias(c) for c in _SPLIT_COLUMNS))
+        for read in reads
+    ]
+    # the partition ids of the union (its partitions are its children's, one after the other)
+    splits = reduce(DataFrame.union, located).select(F.spark_partition_id(), *_SPLIT_COLUMNS)
     try:
-        rows = per_partition.collect()
+        rows = {tuple(row) for row in splits.collect()}  # a row per row group: one per split
     except PySparkException:
         return None
-    keys: list[PartitionKey | None] = [None] * max([1, *(row[0] + 1 for row in rows)])
-    for partition, first_name, last_name, first_start, last_start, split_length in rows:
-        if first_name not in first_offsets or last_name not in first_offsets:
-            return None
-        if (first_name, first_start) == (last_name, last_start):  # else several splits: no key
-            keys[partition] = (first_offsets[first_name], first_start, split_length)
+    if any(name not in first_offsets for _, name, _, _ in rows):
+        return None
+    per_partition = Counter(partition for partition, *_ in rows)
+    keys: list[PartitionKey | None] = [None] * max([1, *(partition + 1 for partition in per_partition)])
+    for partition, name, start, length in rows:
+        if per_partition[partition] == 1:  # else several splits: no key
+            keys[partition] = (first_offsets[name], start, length)
     return keys

@@ -119,15 +119,16 @@ def context_stopped(spark: SparkSession) -> bool:
 
 def default_parallelism(spark: SparkSession) -> int:
     """The number of cores Spark spreads work over. Spark Connect has no SparkContext to ask: there, a
-    `range` without a partition count gets that many partitions, and a tiny job counts them (once per
-    session: a transform asks for its split plan and again for its parts publisher)."""
+    `range` without a partition count gets that many partitions, and a tiny job tells the last one's
+    number (once per session: a transform asks for its split plan and again for its parts publisher)."""
     if not is_connect(spark):
         return spark.sparkContext.defaultParallelism
     session_id = spark.session_id
     cores = _CONNECT_CORES.get(session_id)
     if cores is None:
-        partitions = spark.range(1 << 16).select(F.spark_partition_id().alias("p")).agg(F.max("p"))
-        cores = partitions.first()[0] + 1
+        # the last id is in the last partition; one stage, no aggregation's exchange
+        last = spark.range(1 << 16).where(F.col("id") == (1 << 16) - 1).select(F.spark_partition_id())
+        cores = last.collect()[0][0] + 1
         with _CONNECT_CORES_LOCK:
             while len(_CONNECT_CORES) >= _CONNECT_CORES_KEPT:  # the oldest sessions' (dicts keep order)
                 del _CONNECT_CORES[next(iter(_CONNECT_CORES))]

@@ -56,6 +56,7 @@ from airflow_odf.engine.partition_order import (
     partition_keys,
     served_partition_keys,
     served_scan_count,
+    split_settings,
 )
 from airflow_odf.engine.parts_publisher import PartsTarget, row_group_midpoints
 from airflow_odf.engine.preprocess import run_sql
@@ -283,17 +284,19 @@ def _transform(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     vocab = Vocab.from_json(request.get("vocab", {}))
     footers = [_input_from_footers(item) for item in request["inputs"]]
     in_place = [r for source in footers for r in source.in_place or []]
-    with ThreadPoolExecutor(1, thread_name_prefix="odf-plan-helper") as helper:
+    with ThreadPoolExecutor(2, thread_name_prefix="odf-plan-helper") as helper:
         # the offset columns are read (pyarrow, without the GIL) while Spark plans the one-scan query
         check = helper.submit(_offsets_checked, footers)
         # into a bucket, the partitions are written in their own order (`write_in_frame_order_in_place`)
         if in_place and _keys_can_be_had(spark, footers) and not is_uri(request["out_dir"]):
+            settings = helper.submit(split_settings, spark)  # on Connect, a job: while the views are made
             sizes = [os.path.getsize(r.path) for r in in_place]
             target = _parts_target(request, in_place)
             # the parts published: in the files' order where it can be had
             middles = None if target is None else list(target.midpoints.values())
-            with one_split_per_partition(spark, sizes, middles):
-                output = _output(spark, request, footers, vocab, file_by_file=False)
+            # analysed only: the split settings apply when Spark plans the scan, in the body below
+            output = _output(spark, request, footers, vocab, file_by_file=False)
+            with one_split_per_partition(spark, sizes, middles, settings.result()):
                 find_keys = _keys_finder(spark, output, footers, _first_offsets(in_place))
                 inputs, all_in_order = check.result()
                 if find_keys is not None and all_in_order:
@@ -388,7 +391,10 @@ def _keys_finder(
         reads = _reads(spark, source, file_by_file=False)
         if served_scan_count(output) != len(reads):  # another plan, or an input read twice
             return None
-        return partial(served_partition_keys, [read for read, _ in reads], first_offsets)
+        firsts = [first for r in source.in_place or [] for first in _row_group_firsts(r)]
+        return partial(
+            served_partition_keys, [read for read, _ in reads], first_offsets, _offset(source), firsts
+        )
     # a plain filter or projection is planned while Spark writes; anything else now (the optimizer may
     # still make it row by row: a CTE, say)
     row_by_row = looks_row_by_row(output)
@@ -396,6 +402,17 @@ def _keys_finder(
     if not row_by_row and scans is None:
         return None
     return partial(_keys_while_writing, output, scans, first_offsets)
+
+
+def _row_group_firsts(piece: SliceRange) -> list[int]:
+    """The first offset of every row group of a slice file whose offsets count up by one."""
+    starts, first = [], piece.first
+    for group in range(piece.footer.num_row_groups):
+        rows = piece.footer.row_group(group).num_rows
+        if rows:
+            starts.append(first)
+        first += rows
+    return starts
 
 
 def _keys_while_writing(
