@@ -21,6 +21,9 @@ from tests.paths import HOW_TO_GET_SHARED, REPO, REQUIRE_SHARED, missing_shared
 TEST_CACHE = Path(sys.prefix) / "odf-cache" if sys.prefix != sys.base_prefix else None
 
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="odf-airflow-home-"))
+# a worker of `pytest -n N`: an Airflow home (a SQLite DB) of its own
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["AIRFLOW_HOME"] = str(Path(os.environ["AIRFLOW_HOME"]) / os.environ["PYTEST_XDIST_WORKER"])
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(REPO / "dags_examples")
 os.environ.setdefault("AIRFLOW_CONN_SPARK_DEFAULT", '{"conn_type": "spark", "host": "local[2]"}')
@@ -70,11 +73,44 @@ SLOW = (
 )
 
 
+#: Node-id prefixes whose tests `pytest -n N` runs on one worker: their session fixtures (a standalone
+#: cluster and its warm driver; PostgreSQL, a scheduler and an API server) are too heavy to start twice.
+ONE_WORKER = ("tests/cluster/", "tests/deployment/")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `pytest -n N` (pytest-xdist), a worker takes a whole module at a time, so that the module's
+    fixtures (a Spark Connect server, a Spark session, moto) start once, and all of `ONE_WORKER`'s. The
+    modules go out in the collection's order, the dearest first (`pytest_collection_modifyitems`), not
+    xdist's default of the most tests first, which would leave the two one-worker groups to the end."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return next((p for p in ONE_WORKER if nodeid.startswith(p)), nodeid.split("::", 1)[0])
+
+    return ByModule(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks the tests of `SLOW` with `slow`."""
+    """Marks the tests of `SLOW` with `slow`, and runs the dearest first: the `ONE_WORKER` groups, then
+    the modules holding a slow test, then the rest, each in its own order (so that under `pytest -n N`
+    the long ones start while the short ones can still fill the other workers' time)."""
+    slow_modules = set()
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+            slow_modules.add(item.nodeid.split("::", 1)[0])
+
+    def cost_rank(item: pytest.Item) -> int:
+        if item.nodeid.startswith(ONE_WORKER):
+            return 0
+        return 1 if item.nodeid.split("::", 1)[0] in slow_modules else 2
+
+    items.sort(key=cost_rank)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from pyspark.sql import SparkSession
 
@@ -11,10 +9,15 @@ from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = get_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
-    yield session
+@pytest.fixture(scope="module")
+def spark() -> SparkSession:
+    """The process's running session, else a new one. Looked up per module, not kept for the session: a
+    module that needs other jars (tests/sharing's s3a modules) stops the shared session and its JVM, and
+    whichever module runs next (in any order, on any worker of `pytest -n N`) must get a live one."""
+    session = SparkSession.getActiveSession()
+    if session is None:
+        session = get_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
+    return session
 
 
 @pytest.fixture

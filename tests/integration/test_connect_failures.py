@@ -80,10 +80,10 @@ def test_a_server_killed_during_a_job_commits_nothing_and_the_retry_commits_once
     finally:
         server.stop()
     assert runner.killed.is_set(), "the job ended before the server was killed: make ROWS larger"
-    assert str(failed.value) == (
-        f"Spark Connect server {server.url}: stopped answering during the request; start one with "
-        "`odf engine serve` (it prints its sc:// URL), or point the connection at a running server"
-    )
+    # a dying JVM either drops the connection or answers its last calls with gRPC's UNAVAILABLE (on a busy
+    # machine): either way the one line names the server and says nothing was committed or how to go on
+    message = str(failed.value)
+    assert re.fullmatch(f"Spark Connect server {re.escape(server.url)}: {STOPPED_PROBLEMS}", message), message
     assert dataset.head() == before  # nothing committed
     assert list((Path(repo.root) / "datasets").glob("*/data/*")) == []
 
@@ -99,7 +99,8 @@ def test_a_server_killed_during_a_job_commits_nothing_and_the_retry_commits_once
 
 # A graceful stop (SIGTERM, as `odf engine serve` gets from a restart): the server's JVM stops its
 # SparkContext first and its gRPC service answers a moment longer, with Java errors ("Cannot call methods
-# on a stopped SparkContext") or gRPC's own ("Application error processing RPC") — issue 36.
+# on a stopped SparkContext") or gRPC's own ("Application error processing RPC") — issue 36. A killed
+# server's connection drops, or, on a busy machine, its last calls end with gRPC's UNAVAILABLE.
 STOPPED_PROBLEMS = (
     r"(stopped answering during the request; start one with `odf engine serve` \(it prints its sc:// URL\), "
     r"or point the connection at a running server"
