@@ -19,14 +19,13 @@ plans it meanwhile.
 This looks at Spark's physical plan through its JVM objects (the pinned Spark version; tests check the
 order it gives). What it cannot read, it reports as no keys. A Spark Connect client has no JVM objects:
 there the split settings come from the session's conf, the plan from the server's formatted `explain`
-(`served_scan_count`) and the keys from one job over the scans' hidden `_metadata` columns, run while
-Spark writes (`served_partition_keys`).
+(`served_scan_count`) and the keys from one job that tells which row groups each partition reads, run
+while Spark writes (`served_partition_keys`).
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -277,10 +276,9 @@ def _scan_keys(scan: Any, first_offsets: Mapping[str, int]) -> list[PartitionKey
 
 
 # A Spark Connect client sees no JVM objects: the server's physical plan comes as `explain` formats it,
-# and the scans' splits from the rows themselves (`_metadata`, Spark's hidden columns of a file read).
+# and which row groups each partition reads from the rows themselves.
 _SERVED_ROW_BY_ROW = frozenset({"Scan parquet", "ColumnarToRow", "Filter", "Project", "Union"})
 _SERVED_OPERATOR = re.compile(r"[\s:|+-]*(?:\* )?(?P<name>.+?) +\(\d+\)\s*")
-_SPLIT_COLUMNS = ("file_name", "file_block_start", "file_block_length")
 
 
 def served_scan_count(df: DataFrame) -> int | None:
@@ -311,33 +309,39 @@ def _any_of(conditions: list[Column]) -> Column:
     return _any_of(conditions[:half]) | _any_of(conditions[half:])
 
 
+RowGroup = tuple[int, int, int]
+"""A row group of a slice file: (first offset of the file, its index in the file, its middle's byte)."""
+
+
 def served_partition_keys(
-    reads: list[DataFrame], first_offsets: Mapping[str, int], offset: Column, row_group_firsts: list[int]
+    reads: list[DataFrame], offset: Column, row_groups: Mapping[int, RowGroup]
 ) -> list[PartitionKey | None] | None:
     """On Spark Connect: `partition_keys` from the data. `reads` are the file reads whose union, in
     order, the output's partitions pass on row by row (`served_scan_count`), under the same split
-    settings; `row_group_firsts` the first offset of every row group of their files. One job maps
-    every partition of that union that reads rows to the file and split its rows come from (Spark's
-    `_metadata` columns), from the rows of those offsets only: a partition reads whole row groups, and
-    the filter goes down to Parquet, which skips the other pages (no other column, no exchange). A
-    partition that reads no rows writes none: its key is None, as is one of several splits; None
-    unless every split is of a file in `first_offsets`."""
-    firsts = _any_of([offset == first for first in sorted(set(row_group_firsts))])
-    located = [
-        read.filter(firsts).select(*(F.col(f"_metadata.{c}").alias(c) for c in _SPLIT_COLUMNS))
-        for read in reads
-    ]
+    settings; `row_groups` their files' row groups by first offset. A partition reads whole row groups
+    (those whose middle its split holds), so one job that keeps only the rows of those offsets (a
+    filter Parquet applies as it reads: it skips the other pages; no exchange) tells which row groups
+    each partition reads. A partition reading consecutive row groups of one file reads one split (Spark
+    never packs two splits of a file that both hold rows into one partition: only a file's last split
+    is shorter than the largest): its key is that file and the bytes from the first group's middle to
+    the last's. A partition that reads no rows writes none: its key is None, as is one that reads
+    from several files or leaves a gap; None when a row is not the first of a known row group."""
+    firsts = _any_of([offset == first for first in sorted(row_groups)])
+    located = reduce(DataFrame.union, [read.filter(firsts).select(offset) for read in reads])
     # the partition ids of the union (its partitions are its children's, one after the other)
-    splits = reduce(DataFrame.union, located).select(F.spark_partition_id(), *_SPLIT_COLUMNS)
     try:
-        rows = {tuple(row) for row in splits.collect()}  # a row per row group: one per split
+        rows = located.select(F.spark_partition_id(), offset).collect()
     except PySparkException:
         return None
-    if any(name not in first_offsets for _, name, _, _ in rows):
-        return None
-    per_partition = Counter(partition for partition, *_ in rows)
-    keys: list[PartitionKey | None] = [None] * max([1, *(partition + 1 for partition in per_partition)])
-    for partition, name, start, length in rows:
-        if per_partition[partition] == 1:  # else several splits: no key
-            keys[partition] = (first_offsets[name], start, length)
+    groups: dict[int, list[RowGroup]] = {}
+    for partition, first in rows:
+        if first not in row_groups:
+            return None
+        groups.setdefault(partition, []).append(row_groups[first])
+    keys: list[PartitionKey | None] = [None] * max([1, *(partition + 1 for partition in groups)])
+    for partition, read in groups.items():
+        read.sort()
+        (file, first_index, first_middle), (last_file, last_index, last_middle) = read[0], read[-1]
+        if last_file == file and last_index - first_index + 1 == len(read) == len(set(read)):
+            keys[partition] = (file, first_middle, last_middle - first_middle + 1)
     return keys

@@ -18,12 +18,12 @@ partition; when the query passes those partitions on row by row (filters, projec
 plan tells which file and split each output partition came from (read while Spark writes, and even
 planned then when the analyzed plan shows a plain filter or projection), and the writer puts the
 partitions in offset order (partition_order.py; on Spark Connect, for one input, from the server's
-formatted plan and one job over the scans' `_metadata`, run while Spark writes). Any other query is
-planned again over one read per file, concatenated in offset order (one read of all files would not do
-there: Spark orders partitions largest first), so that the view is in offset order before Spark
-exchanges rows. When the footers or the offsets do not show the order, or the input is many small
-files (a read per file costs about 0.04 s of planning and set-up), the input is sorted by offset
-instead (range partitions, sorted in parallel).
+formatted plan and one job telling which row groups each partition reads, run while Spark writes).
+Any other query is planned again over one read per file, concatenated in offset order (one read of
+all files would not do there: Spark orders partitions largest first), so that the view is in offset
+order before Spark exchanges rows. When the footers or the offsets do not show the order, or the
+input is many small files (a read per file costs about 0.04 s of planning and set-up), the input is
+sorted by offset instead (range partitions, sorted in parallel).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from airflow_odf.engine.checks import evaluate_checks, refuse_hostile_checks
 from airflow_odf.engine.errors import EngineInputError
 from airflow_odf.engine.partition_order import (
     PartitionKey,
+    RowGroup,
     ScanTree,
     can_read_plans,
     looks_row_by_row,
@@ -372,13 +373,11 @@ def _output(
 def _keys_can_be_had(spark: SparkSession, inputs: list[_Input]) -> bool:
     """Whether the output partitions' keys can be had: from the plan's JVM objects (a classic session),
     or on Spark Connect from the data of the one input's reads (`served_partition_keys`; with several
-    inputs the formatted plan does not tell which scan is which), unless a data column hides Spark's
-    `_metadata`. On Connect the server's Spark writes the parts and this process splices them: it sees
-    them where the server wrote them, as it sees the request's files (`connect_runner` refuses a server
-    that does not); into a bucket, nothing is spliced here (`write_in_frame_order_in_place`)."""
-    if can_read_plans(spark):
-        return True
-    return len(inputs) == 1 and "_metadata" not in inputs[0].struct.fieldNames()
+    inputs the formatted plan does not tell which scan is which). On Connect the server's Spark writes
+    the parts and this process splices them: it sees them where the server wrote them, as it sees the
+    request's files (`connect_runner` refuses a server that does not); into a bucket, nothing is
+    spliced here (`write_in_frame_order_in_place`)."""
+    return can_read_plans(spark) or len(inputs) == 1
 
 
 def _keys_finder(
@@ -391,10 +390,8 @@ def _keys_finder(
         reads = _reads(spark, source, file_by_file=False)
         if served_scan_count(output) != len(reads):  # another plan, or an input read twice
             return None
-        firsts = [first for r in source.in_place or [] for first in _row_group_firsts(r)]
-        return partial(
-            served_partition_keys, [read for read, _ in reads], first_offsets, _offset(source), firsts
-        )
+        row_groups = {first: group for r in source.in_place or [] for first, group in _row_groups(r)}
+        return partial(served_partition_keys, [read for read, _ in reads], _offset(source), row_groups)
     # a plain filter or projection is planned while Spark writes; anything else now (the optimizer may
     # still make it row by row: a CTE, say)
     row_by_row = looks_row_by_row(output)
@@ -404,15 +401,16 @@ def _keys_finder(
     return partial(_keys_while_writing, output, scans, first_offsets)
 
 
-def _row_group_firsts(piece: SliceRange) -> list[int]:
-    """The first offset of every row group of a slice file whose offsets count up by one."""
-    starts, first = [], piece.first
-    for group in range(piece.footer.num_row_groups):
-        rows = piece.footer.row_group(group).num_rows
-        if rows:
-            starts.append(first)
-        first += rows
-    return starts
+def _row_groups(piece: SliceRange) -> list[tuple[int, RowGroup]]:
+    """The row groups holding rows of a slice file whose offsets count up by one, by first offset."""
+    groups, first = [], piece.first
+    middles = iter(row_group_midpoints(piece.footer))  # of the row groups with rows, in order
+    for index in range(piece.footer.num_row_groups):
+        group = piece.footer.row_group(index)
+        if group.num_rows and group.num_columns:
+            groups.append((first, (piece.first, index, next(middles))))
+        first += group.num_rows
+    return groups
 
 
 def _keys_while_writing(
