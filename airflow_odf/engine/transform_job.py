@@ -388,7 +388,9 @@ def _keys_finder(
     if not can_read_plans(spark):
         (source,) = inputs
         reads = _reads(spark, source, file_by_file=False)
-        if served_scan_count(output) != len(reads):  # another plan, or an input read twice
+        # one read (all files wholly in range, as a transform's whole slices are): the partition ids of
+        # a union's children are not tested on Connect. Another plan, or the input read twice: none
+        if len(reads) != 1 or served_scan_count(output) != 1:
             return None
         row_groups = {first: group for r in source.in_place or [] for first, group in _row_groups(r)}
         return partial(served_partition_keys, [read for read, _ in reads], _offset(source), row_groups)
