@@ -73,8 +73,10 @@ SLOW = (
 )
 
 
-#: Node-id prefixes whose tests `pytest -n N` runs on one worker: their session fixtures (a standalone
-#: cluster and its warm driver; PostgreSQL, a scheduler and an API server) are too heavy to start twice.
+#: Node-id prefixes whose tests `pytest -n N` runs on one worker, one after the other: their session
+#: fixtures (a standalone cluster and its warm driver; PostgreSQL, a scheduler and an API server) are too
+#: heavy to start twice, and too heavy to run beside each other on 2 CPUs (the deployment's runs have
+#: deadlines).
 ONE_WORKER = ("tests/cluster/", "tests/deployment/")
 
 
@@ -90,7 +92,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return next((p for p in ONE_WORKER if nodeid.startswith(p)), nodeid.split("::", 1)[0])
+            return " ".join(ONE_WORKER) if nodeid.startswith(ONE_WORKER) else nodeid.split("::", 1)[0]
 
     return ByModule(config, log)
 

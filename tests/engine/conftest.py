@@ -13,11 +13,10 @@ from airflow_odf.engine.session import get_session
 def spark() -> SparkSession:
     """The process's running session, else a new one. Looked up per module, not kept for the session: a
     module that needs other jars (tests/sharing's s3a modules) stops the shared session and its JVM, and
-    whichever module runs next (in any order, on any worker of `pytest -n N`) must get a live one."""
-    session = SparkSession.getActiveSession()
-    if session is None:
-        session = get_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
-    return session
+    whichever module runs next (in any order, on any worker of `pytest -n N`) must get a live one. The
+    process's default session (`get_session`), never merely the active one: a test may have left one of
+    its own sessions (`newSession()`, other settings) active."""
+    return get_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
 
 
 @pytest.fixture
