@@ -65,6 +65,7 @@ SLOW = (
     "tests/sharing/test_s3_in_place.py::test_a_connect_server_started_with_s3a",
     "tests/sharing/test_s3_in_place.py::test_push_ingest_writes_and_hashes_in_the_bucket",
     "tests/sharing/test_s3_in_place_failures.py::test_an_s3_error_while_the_engine_stages",
+    "tests/sharing/test_s3_in_place_one_pass.py::",
     "tests/sharing/test_s3_races.py::test_ingest_compact_gc_and_rename_at_once",
     "tests/sharing/test_s3a_engine.py::test_spark_submit_engine_ingests_into_an_s3_repository",
     "tests/sharing/test_sharing_dag.py::",

@@ -39,8 +39,6 @@ pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
-pytestmark = pytest.mark.slow
-
 VOCAB = Vocab()
 SYSTEM_TIME = datetime(2024, 3, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
 PARTITIONS = 3
