@@ -40,6 +40,7 @@ from airflow_odf.engine.spark_types import spark_to_arrow
 from airflow_odf.engine.writer import (
     SOURCE_EVENT_TIME_COLUMN,
     normalize_timestamps,
+    numbered,
     parse_time,
     sorted_rows,
     with_event_time,
@@ -246,18 +247,26 @@ def ingest(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     written = None
     if not (in_place or gather) and num_partitions == 1 and _may_be_in_order(request, state):
         written = _write_if_in_order(new, request, vocab)
-    if in_place and written is None:
-        written = _write_in_one_pass(new, state, request, vocab, num_partitions=num_partitions, gather=gather)
     if written is None:
-        output = ingest_output(
-            new,
-            state,
-            request,
-            vocab,
-            system_time=parse_time(request["system_time"]),
-            next_offset=request["next_offset"],
+        data, sort_columns = _merged(new, state, request, vocab)
+        rows = sorted_rows(
+            data,
+            sort_columns,
+            vocab=vocab,
             num_partitions=num_partitions,
             gather=gather,
+            drop_columns=(ROW_COLUMN,),
+        )
+        if in_place:
+            written = _write_in_one_pass(rows, request, vocab, num_partitions=num_partitions)
+    if written is None:
+        # the same sorted rows, numbered after a counting pass (`with_system_columns`, as `ingest_output`)
+        output = numbered(
+            rows,
+            vocab=vocab,
+            system_time=parse_time(request["system_time"]),
+            next_offset=request["next_offset"],
+            count=num_partitions > 1,
         )
         spark_to_arrow(output.schema)  # a column Spark holds but Parquet/ODF cannot (an interval) fails here
         write = write_slices_in_place if in_place else write_slices
@@ -300,26 +309,12 @@ def _may_be_in_order(request: dict[str, Any], state: DataFrame | None) -> bool:
 
 
 def _write_in_one_pass(
-    new: DataFrame,
-    state: DataFrame | None,
-    request: dict[str, Any],
-    vocab: Vocab,
-    *,
-    num_partitions: int,
-    gather: bool,
+    rows: DataFrame, request: dict[str, Any], vocab: Vocab, *, num_partitions: int
 ) -> tuple[list[WrittenSlice], str] | None:
-    """The slices written into the bucket, counted and hashed in one pass (`one_pass_writer`), or None
-    when that path cannot promise the two-pass result (the reason is logged)."""
-    data, sort_columns = _merged(new, state, request, vocab)
-    rows = sorted_rows(
-        data,
-        sort_columns,
-        vocab=vocab,
-        num_partitions=num_partitions,
-        gather=gather,
-        drop_columns=(ROW_COLUMN,),
-    )
-    reason = one_pass_writer.refusal(new.sparkSession, rows, num_partitions)
+    """The sorted rows (`sorted_rows`) written into the bucket, counted and hashed in one pass
+    (`one_pass_writer`), or None when that path cannot promise the two-pass result (the reason is
+    logged; the caller then numbers the same rows after a counting pass)."""
+    reason = one_pass_writer.refusal(rows.sparkSession, rows, num_partitions)
     if reason is not None:
         level = logging.INFO if reason == one_pass_writer.TURNED_OFF else logging.WARNING
         _log.log(level, "the ingest writes its slices, then counts and hashes them apart: %s", reason)
