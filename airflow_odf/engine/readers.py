@@ -23,7 +23,7 @@ import os
 import zipfile
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from struct import error as StructError
 from typing import Any
@@ -128,7 +128,10 @@ def read_input(
         return ReadResult(spark.createDataFrame([], struct) if struct is not None else None)
     try:
         parsed = reader(spark, read, present, struct)
-        if defer_check and bad_records == BAD_RECORDS_FAIL and CORRUPT_COLUMN in parsed.df.columns:
+        deferred = defer_check and bad_records == BAD_RECORDS_FAIL
+        if CORRUPT_COLUMN in parsed.df.columns and (file_column is not None or not deferred):
+            parsed = replace(parsed, df=_with_file(parsed.df))
+        if deferred and CORRUPT_COLUMN in parsed.df.columns:
             broken = F.col(CORRUPT_COLUMN).isNotNull()
             check = F.when(broken, F.raise_error(F.lit(BAD_RECORD_MARK))).otherwise(F.lit(True))
             df = parsed.df.filter(check)
@@ -243,7 +246,7 @@ def _read_ndgeojson(
 
 
 def _read_text(reader: Any, fmt: str, paths: list[str], struct: T.StructType | None) -> DataFrame:
-    """Reads PERMISSIVE with the corrupt-record column, plus each row's file.
+    """Reads PERMISSIVE with the corrupt-record column (`_with_file` adds each row's file).
 
     The schema is always declared (inferred first if need be, as Spark would anyway): only then does Spark
     flag CSV rows of the wrong width instead of padding or cutting them silently.
@@ -255,8 +258,16 @@ def _read_text(reader: Any, fmt: str, paths: list[str], struct: T.StructType | N
     fields = [f for f in struct.fields if f.name != CORRUPT_COLUMN] or [
         T.StructField(_PLACEHOLDER, T.StringType())
     ]
-    df = reader.schema(T.StructType([*fields, T.StructField(CORRUPT_COLUMN, T.StringType())])).load(paths)
-    return df.select("*", F.col("_metadata.file_path").alias(_FILE_COLUMN))
+    return reader.schema(T.StructType([*fields, T.StructField(CORRUPT_COLUMN, T.StringType())])).load(paths)
+
+
+def _with_file(scan: DataFrame) -> DataFrame:
+    """A text scan plus each row's file (`_metadata.file_path`), for naming where a broken record is.
+
+    Only where it is used: a deferred check that fails reads again with it, and Spark builds the
+    metadata struct for every row even when a later projection drops the column (a tenth of a CSV
+    read's time)."""
+    return scan.select("*", F.col("_metadata.file_path").alias(_FILE_COLUMN))
 
 
 def _json_options(read: dict[str, Any], *, multi_line: bool) -> dict[str, Any]:
