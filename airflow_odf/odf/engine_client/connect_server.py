@@ -39,6 +39,7 @@ from pathlib import Path
 from types import TracebackType
 
 from airflow_odf.odf.engine_client.fast_start import (
+    fast_start_conf,
     is_local_master,
     java_executable,
     local_spark_problem,
@@ -140,8 +141,12 @@ class ConnectServer:
     def command(self, home: Path, jar: Path, secrets_file: Path | None = None) -> list[str]:
         """The `spark-submit` command line that runs the server; `secrets_file` holds the conf that must
         not be on it (read in addition to spark-defaults.conf)."""
+        # on a local master the server's JVM is the engine: it loads Spark's classes from the machine's
+        # class archive (`odf engine warm-up`) when there is one, as the CLI's local session does
         conf = {
-            **with_sql_guard({**ODF_SPARK_CONF, **self.conf}, connect_server=True),
+            **fast_start_conf(
+                with_sql_guard({**ODF_SPARK_CONF, **self.conf}, connect_server=True), self.master, None
+            ),
             "spark.connect.grpc.binding.address": self.host or "0.0.0.0",
             "spark.connect.grpc.binding.port": str(self.port),
             "spark.connect.grpc.port.maxRetries": "0",
