@@ -54,7 +54,7 @@ SLOW = (
     "tests/airflow/test_retry_safety.py::",
     "tests/engine/test_connect_engine.py::test_spark_submit_gives_the_same_datasets_as_local_and_connect",
     "tests/integration/test_airflow_spark_submit.py::",
-    "tests/integration/test_connect_failures.py::test_a_server_",
+    "tests/integration/test_connect_failures.py::",
     "tests/integration/test_engine_warm_up.py::test_warm_up_makes_the_archive",
     "tests/integration/test_kill_cleanup.py::test_a_killed_task_leaves_no_spark_process",
     "tests/integration/test_overlapping_writers.py::test_odf_pull_in_three_processes",
