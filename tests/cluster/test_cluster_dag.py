@@ -1,9 +1,14 @@
-"""Example DAG 1 (`dags_examples/odf_trades_pipeline.py`) through Airflow on the standalone cluster and an
-`s3://` repository (issue 26, item 5): `spark_default` is the cluster's `spark://` master (engine
-`spark-submit`, client mode), `odf_default` an `odf_repo` connection to the bucket with `spark_s3a: true`.
+"""The example DAGs 1 and `odf_warm_engine` (`dags_examples/odf_trades_pipeline.py`, whose tasks
+`dags_examples/odf_warm_engine.py` runs) through Airflow on the standalone cluster and an `s3://`
+repository (issue 26, item 5; issue 37): `spark_connect_default` is the cluster's warm driver (a Spark
+Connect server whose executors run on the cluster, the session's `warm_engine`), `odf_default` an
+`odf_repo` connection to the bucket with `spark_s3a: true`. The tasks share that one driver rather than
+starting a spark-submit application (a JVM, and executors on the cluster) each: the Airflow hook's
+spark-submit runner is proven on a local master (tests/integration/test_airflow_spark_submit.py) and
+spark-submit applications on this cluster by the `odf` commands of tests/cluster.
 
 The DAG runs by `dag.test()` in a child process with its own Airflow home, SQLite DB and DAGS_FOLDER,
-as a worker of a deployment would. The folder holds a copy of the example (DAG file, manifests, trade
+as a worker of a deployment would. The folder holds a copy of the example (DAG files, manifests, trade
 files) in the session's temp base, which the executors cannot see: the ingest's local trade files reach
 them only through the operation's staging folder in the bucket.
 """
@@ -29,26 +34,27 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
 from tests.airflow_db import fresh_db
-from tests.cluster.standalone import VENV_BIN, StandaloneCluster
+from tests.cluster.standalone import StandaloneCluster
 from tests.paths import REPO
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
 
 EXAMPLES = REPO / "dags_examples"
-DAG_FILE = "odf_trades_pipeline.py"
+DAG_FILES = ("odf_trades_pipeline.py", "odf_warm_engine.py")  # the second runs the first's tasks
 TASKS = ("apply_manifests", "ingest_trades", "transform_daily", "verify_daily")
 
-# The child: the example DAG file of DAGS_FOLDER, one dag.test(), and what its tasks left in the DB.
+# The child: the warm-engine example DAG of DAGS_FOLDER, one dag.test(), and what its tasks left in the DB.
 CHILD = textwrap.dedent(
     f"""
-    import importlib.util, json, os
+    import importlib.util, json, os, sys
 
     from tests.airflow.dag_runs import task_states, xcom
 
-    path = os.path.join(os.environ["AIRFLOW__CORE__DAGS_FOLDER"], {DAG_FILE!r})
-    spec = importlib.util.spec_from_file_location("example_odf_trades_pipeline", path)
+    folder = os.environ["AIRFLOW__CORE__DAGS_FOLDER"]
+    sys.path.insert(0, folder)  # as Airflow puts the DAG folder on sys.path
+    spec = importlib.util.spec_from_file_location("odf_warm_engine", os.path.join(folder, {DAG_FILES[1]!r}))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    run = module.pipeline.test()
+    run = module.warm_engine.test()
     tasks = {TASKS!r}
     print("RESULT " + json.dumps({{"states": task_states(run), "xcom": {{t: xcom(run, t) for t in tasks}}}}))
     """
@@ -56,9 +62,10 @@ CHILD = textwrap.dedent(
 
 
 def copy_example(dags: Path) -> None:
-    """The example DAG with what it reads (manifests, trade files) beside it, as in dags_examples/."""
+    """The example DAGs with what they read (manifests, trade files) beside them, as in dags_examples/."""
     dags.mkdir(parents=True)
-    shutil.copy2(EXAMPLES / DAG_FILE, dags / DAG_FILE)
+    for name in DAG_FILES:
+        shutil.copy2(EXAMPLES / name, dags / name)
     shutil.copytree(EXAMPLES / "manifests", dags / "manifests")
     (dags / "data").mkdir()
     for trades in sorted((EXAMPLES / "data").glob("trades-*.csv")):
@@ -66,27 +73,26 @@ def copy_example(dags: Path) -> None:
 
 
 def airflow_env(root: Path) -> dict[str, str]:
-    """An Airflow deployment of its own under `root` (home, SQLite DB, DAGS_FOLDER), on the default
-    engine `spark-submit`; no AWS settings of this machine (the keys come from the connection)."""
+    """An Airflow deployment of its own under `root` (home, SQLite DB, DAGS_FOLDER); no AWS settings of
+    this machine (the keys come from the connection)."""
     inherited = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_", "ODF_WORK_DIR"))}
     return {
         **inherited,
         "AIRFLOW_HOME": str(root / "home"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__ODF__DEFAULT_ENGINE": "spark-submit",
         "AWS_CONFIG_FILE": str(root / "no-aws-config"),
         "AWS_SHARED_CREDENTIALS_FILE": str(root / "no-aws-credentials"),
         "AWS_EC2_METADATA_DISABLED": "true",
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,  # the executors run the venv's python (visible to them)
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # its spark-submit
     }
 
 
-def connections(master_url: str, repository: str, endpoint: str, work_dir: Path) -> dict[str, str]:
-    """`spark_default` on the cluster (client mode) and `odf_default` on the bucket, s3a on."""
-    spark = {"conn_type": "spark", "host": master_url, "extra": {"deploy-mode": "client"}}
+def connections(warm_engine: str, repository: str, endpoint: str, work_dir: Path) -> dict[str, str]:
+    """`spark_connect_default` on the cluster's warm driver (`sc://HOST:PORT`) and `odf_default` on the
+    bucket, s3a on."""
+    host, _, port = warm_engine.removeprefix("sc://").partition(":")
+    spark = {"conn_type": "spark_connect", "host": host, "port": int(port)}
     odf = {
         "conn_type": "odf_repo",
         "host": repository,
@@ -99,7 +105,10 @@ def connections(master_url: str, repository: str, endpoint: str, work_dir: Path)
             "work_dir": str(work_dir),
         },
     }
-    return {"AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark), "AIRFLOW_CONN_ODF_DEFAULT": json.dumps(odf)}
+    return {
+        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(spark),
+        "AIRFLOW_CONN_ODF_DEFAULT": json.dumps(odf),
+    }
 
 
 @pytest.fixture
@@ -117,9 +126,9 @@ def keys_put(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[
     return put
 
 
-@pytest.mark.usefixtures("s3a_settings")  # the s3a jars, fetched by scripts/s3a-jars if missing
 def test_the_example_dag_runs_on_the_cluster_with_its_repository_in_s3(
     cluster: StandaloneCluster,
+    warm_engine: str,
     moto_endpoint: str,
     s3_admin: Any,
     keys_put: list[tuple[str, str]],
@@ -131,7 +140,7 @@ def test_the_example_dag_runs_on_the_cluster_with_its_repository_in_s3(
     scratch = tmp_path / "scratch"  # the connection's work_dir: hidden from the executors
     assert any(folder in tmp_path.parents for folder in cluster.hidden)  # and so are the trade files
     copy_example(tmp_path / "dags")
-    env = {**airflow_env(tmp_path), **connections(cluster.master_url, repository, moto_endpoint, scratch)}
+    env = {**airflow_env(tmp_path), **connections(warm_engine, repository, moto_endpoint, scratch)}
     fresh_db(tmp_path / "home" / "airflow.db")  # what `airflow db migrate` makes there, copied
 
     done = subprocess.run(
@@ -191,7 +200,6 @@ def test_the_example_dag_runs_on_the_cluster_with_its_repository_in_s3(
     # the data went through the bucket: nothing staged is left there, and none of it is on the coordinator
     keys = [o["Key"] for o in s3_admin.list_objects_v2(Bucket=bucket, Prefix="odf/")["Contents"]]
     assert not [key for key in keys if "/cache/operations/" in key]
-    left = [path for path in scratch.rglob("*") if path.is_file()]
-    assert left  # the engine's requests and responses were there
+    left = [path for path in scratch.rglob("*") if path.is_file()]  # the warm driver's requests: over gRPC
     assert not [path for path in left if path.suffix in (".parquet", ".csv")]
     assert not [path for path in left if b"101.2500" in path.read_bytes()]
