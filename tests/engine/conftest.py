@@ -7,6 +7,7 @@ from pyspark.sql import SparkSession
 
 from airflow_odf.engine.local_runner import LocalSparkRunner
 from airflow_odf.engine.session import get_session
+from airflow_odf.odf.engine_client.fast_start import fast_start_conf
 
 
 @pytest.fixture(scope="module")
@@ -15,8 +16,10 @@ def spark() -> SparkSession:
     module that needs other jars (tests/sharing's s3a modules) stops the shared session and its JVM, and
     whichever module runs next (in any order, on any worker of `pytest -n N`) must get a live one. The
     process's default session (`get_session`), never merely the active one: a test may have left one of
-    its own sessions (`newSession()`, other settings) active."""
-    return get_session("local[2]", {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"})
+    its own sessions (`newSession()`, other settings) active. A new one loads Spark's classes from the
+    environment's class archive, as the CLI's local session does."""
+    conf = {"spark.sql.shuffle.partitions": "4", "spark.driver.memory": "2g"}
+    return get_session("local[2]", fast_start_conf(conf, "local[2]", None))
 
 
 @pytest.fixture
