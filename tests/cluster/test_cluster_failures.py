@@ -111,8 +111,10 @@ def _ids_in_slices(repo: Repository, s3_admin: Any, bucket: str) -> tuple[list[t
 def test_an_executor_killed_mid_write_leaves_old_or_new_and_a_retry_commits_once(
     cluster: StandaloneCluster, warm_engine: str, moto_endpoint: str, s3_admin: Any, tmp_path: Path
 ) -> None:
-    """The ingest is a spark-submit application (its executors are killed, not the warm driver's); the
-    same file pushed again afterwards goes through the warm driver."""
+    """The ingest is a spark-submit application (its executors are killed, not the warm driver's); a
+    retry, and the same file pushed again afterwards, go through the warm driver (a retry commits once
+    whatever the engine: what it proves is the chain's, and a second application would start another
+    driver and executors)."""
     bucket = f"odf-kill-{uuid.uuid4().hex[:12]}"
     s3_admin.create_bucket(Bucket=bucket)
     env = {
@@ -153,10 +155,12 @@ def test_an_executor_killed_mid_write_leaves_old_or_new_and_a_retry_commits_once
     assert killed, f"no executor to kill while the ingest wrote (exit {code}):\n{driver_errors(stderr)}"
 
     after = repo.dataset("events").head()
+    warm = ["--engine", "spark-connect", "--remote", warm_engine, "--spark-s3a"]
+    pushed_again = ["ingest", "events", str(data), "--repo", url, *warm]
     if code != 0:  # the job failed cleanly: one message, the old head; the retry commits
         assert after == head, driver_errors(stderr)
         assert "Traceback" not in stderr
-        code, stderr = _finish(_odf(*ingest, env=env, cwd=tmp_path))
+        code, stderr = _finish(_odf(*pushed_again, env=env, cwd=tmp_path))
         assert code == 0, driver_errors(stderr)
     else:
         assert after != head
@@ -165,8 +169,6 @@ def test_an_executor_killed_mid_write_leaves_old_or_new_and_a_retry_commits_once
     assert len(ids) == ROWS and sorted(ids) == list(range(ROWS))  # each record once
     assert verify_integrity(repo.dataset("events")) == []
 
-    warm = ["--engine", "spark-connect", "--remote", warm_engine, "--spark-s3a"]
-    pushed_again = ["ingest", "events", str(data), "--repo", url, *warm]
     again = _finish(_odf(*pushed_again, env=env, cwd=tmp_path))  # the same file once more: nothing new
     assert again[0] == 0, driver_errors(again[1])
     assert _ids_in_slices(repo, s3_admin, bucket)[0] == [(0, ROWS - 1)]
