@@ -45,7 +45,7 @@ from airflow_odf.engine.errors import (
     EngineStoppedError,
 )
 from airflow_odf.engine.job import CONTRACT_VERSION
-from airflow_odf.engine.session import runtime_conf
+from airflow_odf.engine.session import quiet_query_context_logs, runtime_conf
 from airflow_odf.engine.spark_errors import engine_stopped
 from airflow_odf.utils.engine_deadline import resolve_engine_timeout
 
@@ -163,6 +163,7 @@ def open_session(remote: str, conf: dict[str, str] | None = None) -> ConnectSess
     URL is none or no server accepts a connection within CONNECT_TIMEOUT_SECONDS, and its kind
     ConnectTokenRefusedError when the server refuses the URL's token (or its absence)."""
     shown = _without_params(remote)
+    quiet_query_context_logs()
     channel_builder = _channel_builder(remote)
     if not _answers(remote):
         problem = f"no server answered within {CONNECT_TIMEOUT_SECONDS:g} s"

@@ -15,6 +15,7 @@ from contextvars import ContextVar
 
 from pyspark import StorageLevel
 from pyspark.errors import PySparkException
+from pyspark.logger import PySparkLogger
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -39,6 +40,18 @@ class SessionWithoutJars(RuntimeError):
     """The process's SparkSession started without jars a request needs (they load only at its start)."""
 
 
+QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+
+
+def quiet_query_context_logs() -> None:
+    """PySpark 4 logs each SQL error with a query context as a JSON line on stderr, as the exception is
+    made (`PySparkLogger`s of QUERY_CONTEXT_LOGGERS, not propagated). The engine reports every error
+    itself, in one line naming where: those lines only repeated it, unasked, in the `odf` command's
+    output and the task log."""
+    for name in QUERY_CONTEXT_LOGGERS:
+        PySparkLogger.getLogger(name).disabled = True
+
+
 def get_session(master: str | None = None, extra_conf: dict[str, str] | None = None) -> SparkSession:
     """The process's SparkSession, created on first use; `master=None` keeps what spark-submit set.
 
@@ -48,6 +61,7 @@ def get_session(master: str | None = None, extra_conf: dict[str, str] | None = N
     with a `master` gets the JVM guard (`with_sql_guard`, when its jar is built); under spark-submit
     (`master=None`) the runner's command gave it, as a jar loads only when the JVM starts."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    quiet_query_context_logs()
     builder = SparkSession.builder.appName("airflow-odf")
     if master:
         builder = builder.master(master)
