@@ -63,6 +63,12 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                 response = locate_bad_records(spark, request) or _engine_error(e)
             else:
                 response = _engine_error(e)
+        except Exception:
+            if not context_stopped(spark):
+                raise
+            # stopped while the job was still planning: PySpark's own calls fail in any way then
+            # (`F.lit` asserts there is an active SparkContext)
+            response = _stopped(CONTEXT_STOPPED)
     error = response.get("error")
     if error is not None and error["kind"] != ENGINE_STOPPED and context_stopped(spark):
         response = _stopped(CONTEXT_STOPPED)  # whatever the failure looked like ("cannot read a.csv")

@@ -92,7 +92,7 @@ CHILD = textwrap.dedent(
     from airflow_odf.odf.operation import IngestError
     from airflow_odf.odf.repo.repository import Repository
 
-    tmp = Path(sys.argv[1])
+    tmp, after = Path(sys.argv[1]), float(sys.argv[2])
     t0 = Timestamp.parse("2024-01-01T00:00:00Z")
     repo = Repository.init(tmp / "repo")
     read = model.ReadStepCsv(header=True, ddl_schema=["id BIGINT", "name STRING"])
@@ -106,7 +106,7 @@ CHILD = textwrap.dedent(
     run_request = deadline.run_request
 
     def stop_during(spark, request):
-        threading.Timer(2.0, spark.stop).start()
+        threading.Timer(after, spark.stop).start()
         return run_request(spark, request)
 
     deadline.run_request = stop_during
@@ -124,10 +124,14 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_a_local_session_stopped_during_a_request_answers_engine_stopped_in_one_line(tmp_path: Path) -> None:
+# at once: while the job still plans (PySpark's calls then fail in any way); after 2 s: in its Spark jobs
+@pytest.mark.parametrize("after", [0.0, 2.0])
+def test_a_local_session_stopped_during_a_request_answers_engine_stopped_in_one_line(
+    tmp_path: Path, after: float
+) -> None:
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1"}
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, str(tmp_path)],
+        [sys.executable, "-c", CHILD, str(tmp_path), str(after)],
         cwd=REPO,
         env=env,
         capture_output=True,
