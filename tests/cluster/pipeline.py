@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.standalone import VENV_BIN
-from tests.sharing.conftest import moto_environment
+from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY, moto_environment
 
 CSV_HEADER = "event_time,id,symbol,price\n"
 # out of event-time order on purpose: the ingest sorts
@@ -190,3 +190,28 @@ def build_pipeline(warm_engine: str, moto_endpoint: str, s3_admin: Any, folder: 
         pipeline.run("ingest", "positions", str(push))
     pipeline.run("pull", "trades.by-symbol")
     return pipeline
+
+
+def airflow_connections(
+    warm_engine: str, repository: str, endpoint: str, work_dir: Path, *, spark_conn_id: str
+) -> dict[str, str]:
+    """The environment's Airflow connections of a task on the cluster: `spark_conn_id`, a `spark_connect`
+    connection to the warm driver (`sc://HOST:PORT`), and `odf_default` on the bucket, s3a on."""
+    host, _, port = warm_engine.removeprefix("sc://").partition(":")
+    spark = {"conn_type": "spark_connect", "host": host, "port": int(port)}
+    odf = {
+        "conn_type": "odf_repo",
+        "host": repository,
+        "extra": {
+            "endpoint_url": endpoint,
+            "region_name": REGION,
+            "aws_access_key_id": ACCESS_KEY,
+            "aws_secret_access_key": SECRET_KEY,
+            "spark_s3a": True,
+            "work_dir": str(work_dir),
+        },
+    }
+    return {
+        f"AIRFLOW_CONN_{spark_conn_id.upper()}": json.dumps(spark),
+        "AIRFLOW_CONN_ODF_DEFAULT": json.dumps(odf),
+    }

@@ -34,6 +34,7 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
 from tests.airflow_db import fresh_db
+from tests.cluster.pipeline import airflow_connections
 from tests.cluster.standalone import StandaloneCluster
 from tests.paths import REPO
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
@@ -88,29 +89,6 @@ def airflow_env(root: Path) -> dict[str, str]:
     }
 
 
-def connections(warm_engine: str, repository: str, endpoint: str, work_dir: Path) -> dict[str, str]:
-    """`spark_connect_default` on the cluster's warm driver (`sc://HOST:PORT`) and `odf_default` on the
-    bucket, s3a on."""
-    host, _, port = warm_engine.removeprefix("sc://").partition(":")
-    spark = {"conn_type": "spark_connect", "host": host, "port": int(port)}
-    odf = {
-        "conn_type": "odf_repo",
-        "host": repository,
-        "extra": {
-            "endpoint_url": endpoint,
-            "region_name": REGION,
-            "aws_access_key_id": ACCESS_KEY,
-            "aws_secret_access_key": SECRET_KEY,
-            "spark_s3a": True,
-            "work_dir": str(work_dir),
-        },
-    }
-    return {
-        "AIRFLOW_CONN_SPARK_CONNECT_DEFAULT": json.dumps(spark),
-        "AIRFLOW_CONN_ODF_DEFAULT": json.dumps(odf),
-    }
-
-
 @pytest.fixture
 def keys_put(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """`(bucket, key)` of every object PUT to the moto server at `moto_endpoint` (it runs in this
@@ -140,7 +118,12 @@ def test_the_example_dag_runs_on_the_cluster_with_its_repository_in_s3(
     scratch = tmp_path / "scratch"  # the connection's work_dir: hidden from the executors
     assert any(folder in tmp_path.parents for folder in cluster.hidden)  # and so are the trade files
     copy_example(tmp_path / "dags")
-    env = {**airflow_env(tmp_path), **connections(warm_engine, repository, moto_endpoint, scratch)}
+    env = {
+        **airflow_env(tmp_path),
+        **airflow_connections(
+            warm_engine, repository, moto_endpoint, scratch, spark_conn_id="spark_connect_default"
+        ),
+    }
     fresh_db(tmp_path / "home" / "airflow.db")  # what `airflow db migrate` makes there, copied
 
     done = subprocess.run(

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.storage.url import StoreCredentials, open_store
-from tests.cluster.pipeline import S3Pipeline, driver_errors
+from tests.cluster.pipeline import S3Pipeline, airflow_connections, driver_errors
 from tests.paths import REPO
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY
 
@@ -124,27 +124,14 @@ OPERATOR_CHILD = textwrap.dedent(
 def test_the_sql_operator_returns_rows_and_writes_a_file(
     s3_pipeline: S3Pipeline, moto_endpoint: str, warm_engine: str, s3_admin: Any
 ) -> None:
-    host, _, port = warm_engine.removeprefix("sc://").partition(":")
-    odf_conn = {
-        "conn_type": "odf_repo",
-        "host": s3_pipeline.repo,
-        "extra": {
-            "endpoint_url": moto_endpoint,
-            "region_name": REGION,
-            "aws_access_key_id": ACCESS_KEY,
-            "aws_secret_access_key": SECRET_KEY,
-            "spark_s3a": True,
-            "work_dir": str(s3_pipeline.scratch),
-        },
-    }
-    spark_conn = {"conn_type": "spark_connect", "host": host, "port": int(port)}
     home = s3_pipeline.folder / "airflow-home"
     env = {
         **s3_pipeline.env,
         "AIRFLOW_HOME": str(home),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW_CONN_ODF_DEFAULT": json.dumps(odf_conn),
-        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps(spark_conn),
+        **airflow_connections(
+            warm_engine, s3_pipeline.repo, moto_endpoint, s3_pipeline.scratch, spark_conn_id="spark_default"
+        ),
     }
     output = s3_pipeline.folder / "operator" / "trades.json"
     done = subprocess.run(
