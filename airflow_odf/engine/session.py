@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from contextvars import ContextVar
+from functools import cache
 
 from pyspark import StorageLevel
 from pyspark.errors import PySparkException
@@ -43,6 +44,7 @@ class SessionWithoutJars(RuntimeError):
 QUERY_CONTEXT_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 
 
+@cache  # once per process: every request's session passes here
 def quiet_query_context_logs() -> None:
     """PySpark 4 logs each SQL error with a query context as a JSON line on stderr, as the exception is
     made (`PySparkLogger`s of QUERY_CONTEXT_LOGGERS, not propagated). The engine reports every error
