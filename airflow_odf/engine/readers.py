@@ -27,12 +27,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from struct import error as StructError
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import quote, unquote, urlparse
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -101,8 +101,9 @@ def read_input(
 ) -> ReadResult:
     """Reads `paths` as the ODF ReadStep `read` (manifest JSON form), applying the declared `schema`.
 
-    `file_column` (line formats only: Csv, NdJson) keeps each record's local file path in that column,
-    so that one read of many files still knows which file a record came from.
+    `file_column` (line formats only: Csv, NdJson) keeps each record's file in that column as Spark
+    spells it (`_metadata.file_path`, a URI), so that one read of many files still knows which file a
+    record came from; `spark_file_uris` gives the spellings to look it up by, with no work per row.
 
     `defer_check` (with `bad_records="fail"`) skips the separate pass that looks for broken records: the
     records are checked as the job consumes them, and the first broken one fails the job with an error
@@ -139,8 +140,7 @@ def read_input(
         else:
             df, num_bad, quarantine_path = _set_aside_bad_records(parsed, bad_records, quarantine_dir, paths)
         if file_column is not None:
-            local = F.url_decode(F.regexp_replace(F.col(_FILE_COLUMN), "^file:(//)?", ""))
-            df = df.withColumn(file_column, local)
+            df = df.withColumn(file_column, F.col(_FILE_COLUMN))
         df = df.drop(_FILE_COLUMN)
         records = parsed.finish(df) if df.columns else None  # no columns: every document was set aside
     except (PySparkException, Py4JJavaError) as e:
@@ -595,6 +595,24 @@ def _shorten(text: str) -> str:
 def _is_local(path: str) -> bool:
     scheme = urlparse(path).scheme
     return scheme in ("", "file") or len(scheme) == 1  # one letter: a Windows drive
+
+
+#: What java.net.URI leaves unescaped in a path (Hadoop's `Path.toUri`, so Spark's `_metadata.file_path`)
+_URI_PATH_SAFE = "/!$&'()*+,;=:@~"
+
+
+def spark_file_uris(path: str) -> list[str]:
+    """The spellings Spark gives a file in `_metadata.file_path`: `file:/a%20b.csv` for a local file
+    (as java.net.URI escapes an ASCII path), a remote URI as given. Not every path: Spark leaves
+    non-ASCII characters unescaped, so a lookup by these needs a fallback (`local_file_path`)."""
+    if not _is_local(path):
+        return [path]
+    return ["file:" + quote(_local_path(path), safe=_URI_PATH_SAFE)]
+
+
+def local_file_path(uri: Column) -> Column:
+    """A per-row decode of Spark's `file:` URIs to the local path (as `_local_path`), for any path."""
+    return F.url_decode(F.regexp_replace(F.regexp_replace(uri, "^file:(//)?", ""), r"\+", "%2B"))
 
 
 def _local_path(path: str) -> str:

@@ -374,6 +374,48 @@ def test_files_glob_backfill_in_batches(repo: Repository, runner: LocalSparkRunn
     assert pull_polling(dataset, "obs", runner, _options(tmp_path), system_time=T2).up_to_date
 
 
+def test_files_read_in_one_scan_keep_their_own_event_time_and_order(
+    repo: Repository, runner: LocalSparkRunner, tmp_path: Path
+) -> None:
+    """Several files in one scan: each row carries its own file's source event time and input position,
+    whatever Spark makes of the file's name in its URI (`+`, `%`, `,` and `@` kept or escaped; `é` left
+    as is, which only the per-row decode matches)."""
+    src = tmp_path / "in put"
+    src.mkdir()
+    names = ["a+b 2024-01-04.csv", "c%d 2024-01-03.csv", "e,é 2024-01-02.csv", "f@g 2024-01-01.csv"]
+    for i, name in enumerate(names):
+        (src / name).write_text(f"value\n{10 * i}\n{10 * i + 1}\n")
+    source = model.SetPollingSource(
+        fetch=model.FetchStepFilesGlob(
+            path=str(src / "*.csv"),
+            event_time=model.EventTimeSourceFromPath(pattern=r".* (\d+-\d+-\d+)\.csv"),
+            order=model.SourceOrdering.BY_NAME,
+        ),
+        read=model.ReadStepCsv(header=True, ddl_schema=["value BIGINT"]),
+        merge=model.MergeStrategyAppend(),
+    )
+    repo.add(
+        model.DatasetSnapshot(name="obs", kind=model.DatasetKind.ROOT, metadata=[source]), system_time=T0
+    )
+    dataset = repo.dataset("obs")
+    options = _options(tmp_path, files_per_batch=4)
+    assert pull_polling(dataset, "obs", runner, options, system_time=T1).records == 8
+    [add] = [e for e in _events(dataset) if isinstance(e, model.AddData)]
+    rows = [(r["offset"], r["value"], r["event_time"].date().isoformat()) for r in _rows(dataset)]
+    # by event time (the file's date), then each file's rows in order
+    assert rows == [
+        (0, 30, "2024-01-01"),
+        (1, 31, "2024-01-01"),
+        (2, 20, "2024-01-02"),
+        (3, 21, "2024-01-02"),
+        (4, 10, "2024-01-03"),
+        (5, 11, "2024-01-03"),
+        (6, 0, "2024-01-04"),
+        (7, 1, "2024-01-04"),
+    ]
+    assert add.new_watermark == Timestamp.parse("2024-01-04T00:00:00Z")
+
+
 def test_checkpoint_made_stale_by_foreign_data_is_not_used(
     repo: Repository, runner: LocalSparkRunner, tmp_path: Path
 ) -> None:
