@@ -2,12 +2,13 @@
 is there once, and the XCom says what each run committed and what the other had already done.
 
 Each run is a `dag.test()` in its own child process with its own Airflow home and SQLite DB (as two
-workers of a deployment would be), on the local engine. The overlap is made certain: the first answer
-of each run's ingest engine waits until the other run's ingest has its own, and likewise for the
-transform — so both plan from the same head and commit onto it. One moves the head; the other loses
-the compare-and-swap and, inside the same task try, plans again from the winner's head. Each run has a
-scratch space of its own (as workers sharing no disk): runs sharing one wait for each other's engine
-work instead (`chain.claims`, tests/integration/test_overlapping_writers.py).
+workers of a deployment would be), both on the session's Spark Connect server (a warm engine). The
+overlap is made certain: the first answer of each run's ingest engine waits until the other run's
+ingest has its own, and likewise for the transform — so both plan from the same head and commit onto
+it. One moves the head; the other loses the compare-and-swap and, inside the same task try, plans
+again from the winner's head. Each run has a scratch space of its own (as workers sharing no disk):
+runs sharing one wait for each other's engine work instead (`chain.claims`,
+tests/integration/test_overlapping_writers.py).
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ CHILD = textwrap.dedent(
     from datetime import datetime
     from pathlib import Path
 
-    from airflow_odf.engine.local_runner import LocalSparkRunner
+    from airflow_odf.engine.connect_runner import SparkConnectRunner
 
     meeting, runs = Path(os.environ["ODF_TEST_MEETING"]), int(os.environ["ODF_TEST_RUNS"])
-    original = LocalSparkRunner.run
+    original = SparkConnectRunner.run
     met = set()
 
     def run(self, request_json, work_dir):
@@ -59,7 +60,7 @@ CHILD = textwrap.dedent(
                 time.sleep(0.05)
         return response
 
-    LocalSparkRunner.run = run
+    SparkConnectRunner.run = run
 
     from tests.airflow.dag_runs import load_dag, task_states, xcom
 
@@ -76,8 +77,8 @@ def _blocks_since(dataset: Any, head: Any) -> list[str]:
     return [str(h) for h, _ in reversed(list(dataset.iter_blocks(stop=head)))]
 
 
-def test_two_overlapping_runs_of_the_trades_pipeline_both_succeed(tmp_path: Path) -> None:
-    homes = [AirflowHome(tmp_path / f"airflow-{i}") for i in range(RUNS)]
+def test_two_overlapping_runs_of_the_trades_pipeline_both_succeed(tmp_path: Path, connect_url: str) -> None:
+    homes = [AirflowHome(tmp_path / f"airflow-{i}", connect_url) for i in range(RUNS)]
     root = tmp_path / "repo"
     meeting = tmp_path / "meeting"
     meeting.mkdir()

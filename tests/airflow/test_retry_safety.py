@@ -210,9 +210,11 @@ CHILD = textwrap.dedent(
 
 
 class AirflowHome:
-    """An isolated Airflow deployment for the child processes: home, SQLite DB, DAGS_FOLDER."""
+    """An isolated Airflow deployment for the child processes: home, SQLite DB, DAGS_FOLDER. Its tasks
+    run their engine requests in their own local SparkSession, or on the Spark Connect server at
+    `connect_url` (the `spark_default` connection; a JVM start per child process spared)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, connect_url: str | None = None) -> None:
         self.root = root
         self.dags = root / "dags"
         self.dags.mkdir(parents=True)
@@ -223,11 +225,16 @@ class AirflowHome:
             "AIRFLOW_HOME": str(root / "home"),
             "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__ODF__DEFAULT_ENGINE": "local",
             "ODF_TEST_LOGICAL_DATE": LOGICAL_DATE,
             "SPARK_LOCAL_IP": "127.0.0.1",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+        if connect_url is None:
+            self.env["AIRFLOW__ODF__DEFAULT_ENGINE"] = "local"
+        else:
+            host, port = connect_url.removeprefix("sc://").rsplit(":", 1)
+            connection = {"conn_type": "spark_connect", "host": host, "port": int(port)}
+            self.env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(connection)
         fresh_db(root / "home" / "airflow.db")  # what `airflow db migrate` makes, copied
 
     def dag_run(self, repo: Path, data: Path, *, kill: str = "", retry: bool = False) -> Any:
@@ -287,10 +294,14 @@ def _killed(done: subprocess.CompletedProcess) -> None:
     assert "RESULT " not in done.stdout
 
 
-def test_killed_ingests_and_transform_are_retried_without_duplicates(tmp_path: Path) -> None:
+def test_killed_ingests_and_transform_are_retried_without_duplicates(
+    tmp_path: Path, connect_url: str
+) -> None:
     """One DAG run, four worker processes, each killed right after a commit of the next task:
-    the polling ingest (after the first of its two files), the push ingest, the transform."""
-    airflow_home = AirflowHome(tmp_path / "airflow")
+    the polling ingest (after the first of its two files), the push ingest, the transform. The
+    engine is the session's Spark Connect server, which outlives the killed workers (as a warm
+    engine does): what is proven is the core's, the same on every engine."""
+    airflow_home = AirflowHome(tmp_path / "airflow", connect_url)
     repo, data = tmp_path / "repo", _input_file(tmp_path)
 
     # 1. the polling ingest commits its first file; the worker dies before anything is reported

@@ -20,7 +20,7 @@ DATASET = "com.example.restart.rows"
     max_active_runs=1,
     params={"file": ""},
     # a retry while the server still starts fails at once ("no server answered"): the next one waits
-    default_args={"retries": 3, "retry_delay": timedelta(seconds=20)},
+    default_args={"retries": 3, "retry_delay": timedelta(seconds=10)},
 )
 def odf_deployment_restart() -> None:
     OdfPushIngestOperator(
