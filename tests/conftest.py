@@ -33,6 +33,14 @@ os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 # starts loads Spark's classes from it as on a machine whose user ran the warm-up (without it, each of the
 # suite's JVM starts loads and verifies them one by one). Outside a virtual environment: none, a cold start.
 os.environ["ODF_CACHE_DIR"] = str(TEST_CACHE) if TEST_CACHE else tempfile.mkdtemp(prefix="odf-cache-")
+# The suite's JVMs run small jobs, many at once on few CPUs: the client JIT compiler alone and the serial
+# collector cost them less CPU than the optimising compiler's and G1's background threads, which compete
+# with the jobs themselves (a third of the wall of the engine and Airflow tests on 2 CPUs; the product's
+# own choice for a small spark-submit job is `fast_start`'s). Every JVM that Spark's scripts start: the
+# drivers (a local session, spark-submit, a Connect server), the launcher before each, a cluster's daemons.
+_SMALL_JOB_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+for _variable in ("SPARK_SUBMIT_OPTS", "SPARK_LAUNCHER_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
+    os.environ.setdefault(_variable, _SMALL_JOB_JVM)
 # the keys of datasets in object-store repositories (and of a test's node) go to a throw-away
 # configuration folder, never the user's own (`airflow_odf.odf.identity.keys.default_keys_dir`)
 os.environ["XDG_CONFIG_HOME"] = tempfile.mkdtemp(prefix="odf-config-")
