@@ -5,7 +5,7 @@ event time), against a bare read of the same files with the same schema. Both ar
 its deferred check, the tags), in the same session, interleaved per round.
 
 Issue 37: the tag was a regex and a URL decode of each row's `_metadata.file_path`, then two lookups;
-it is now one lookup of the path as Spark spells it (`readers.spark_file_uris`).
+it is now one lookup of the path as Spark spells it (`readers.file_index`).
 
 Usage: .venv/bin/python bench/bench_input_tagging.py [--rows 5000000] [--files 16] [--rounds 4]
 """

@@ -32,13 +32,7 @@ from airflow_odf.engine.merge import (
     write_state_in_place,
 )
 from airflow_odf.engine.preprocess import default_preprocess, run_queries, validate_input
-from airflow_odf.engine.readers import (
-    BAD_RECORDS_QUARANTINE,
-    LINE_FORMATS,
-    local_file_path,
-    read_input,
-    spark_file_uris,
-)
+from airflow_odf.engine.readers import BAD_RECORDS_QUARANTINE, LINE_FORMATS, file_index, read_input
 from airflow_odf.engine.remote_files import is_uri
 from airflow_odf.engine.session import default_parallelism
 from airflow_odf.engine.slice_footer import WrittenSlice
@@ -140,34 +134,11 @@ def _tag_rows(df: DataFrame, group: list[dict[str, Any]], *, first_index: int, b
     position = F.monotonically_increasing_id()
     index, source_et = F.lit(first_index).cast("long"), literal_time(group[0])
     if by_file:
-        index = _input_index([item["path"] for item in group])
+        index = file_index(F.col(_FILE_COLUMN), [item["path"] for item in group])
         if len({item.get("source_event_time") for item in group}) > 1:
             source_et = F.element_at(F.array(*[literal_time(item) for item in group]), index + 1)
     df = df.withColumn(ROW_COLUMN, F.shiftleft(index.cast("long"), _POSITION_BITS) + position)
     return df.withColumn(SOURCE_EVENT_TIME_COLUMN, source_et).drop(_FILE_COLUMN)
-
-
-def _input_index(paths: list[str]) -> Column:
-    """Each row's input (its index in `paths`) from its file as Spark spells it: a lookup among the
-    spellings Spark gives these paths (no work per row), else among the decoded paths (a decode per row,
-    for the paths Spark spells otherwise), else an error naming the file — never a row without its input,
-    which would put it out of input order."""
-    spelled: dict[str, int] = {}
-    decoded: dict[str, int] = {}
-    for i, path in enumerate(paths):
-        for uri in spark_file_uris(path):
-            spelled.setdefault(uri, i)
-        decoded.setdefault(path if is_uri(path) else os.path.abspath(path), i)
-    file = F.col(_FILE_COLUMN)
-    return F.coalesce(
-        F.element_at(_literal_map(spelled), file),
-        F.element_at(_literal_map(decoded), local_file_path(file)),
-        F.raise_error(F.concat(F.lit("a record's file is none of the ingest's inputs: "), file)),
-    )
-
-
-def _literal_map(values: dict[str, int]) -> Column:
-    return F.create_map(*[x for key, value in values.items() for x in (F.lit(key), F.lit(value))])
 
 
 def _with_event_time(df: DataFrame, vocab: Vocab, dataset_schema: pa.Schema | None) -> DataFrame:

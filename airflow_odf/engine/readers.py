@@ -103,7 +103,7 @@ def read_input(
 
     `file_column` (line formats only: Csv, NdJson) keeps each record's file in that column as Spark
     spells it (`_metadata.file_path`, a URI), so that one read of many files still knows which file a
-    record came from; `spark_file_uris` gives the spellings to look it up by, with no work per row.
+    record came from (`file_index` looks it up, with no work per row).
 
     `defer_check` (with `bad_records="fail"`) skips the separate pass that looks for broken records: the
     records are checked as the job consumes them, and the first broken one fails the job with an error
@@ -601,18 +601,28 @@ def _is_local(path: str) -> bool:
 _URI_PATH_SAFE = "/!$&'()*+,;=:@~"
 
 
-def spark_file_uris(path: str) -> list[str]:
-    """The spellings Spark gives a file in `_metadata.file_path`: `file:/a%20b.csv` for a local file
-    (as java.net.URI escapes an ASCII path), a remote URI as given. Not every path: Spark leaves
-    non-ASCII characters unescaped, so a lookup by these needs a fallback (`local_file_path`)."""
-    if not _is_local(path):
-        return [path]
-    return ["file:" + quote(_local_path(path), safe=_URI_PATH_SAFE)]
+def file_index(file_uri: Column, paths: list[str]) -> Column:
+    """The index in `paths` of each row's file, given as Spark spells it (the `file_column` of
+    `read_input`): a lookup among the spellings Spark gives these paths (`file:/a%20b.csv`, as
+    java.net.URI escapes an ASCII path; a remote URI as given), with no work per row; else, for a path
+    Spark spells otherwise (it leaves non-ASCII characters unescaped), among the paths after a decode
+    per row; else an error naming the file — never a row without its file."""
+    spelled: dict[str, int] = {}
+    local: dict[str, int] = {}
+    for i, path in enumerate(paths):
+        name = _local_path(path)
+        spelled.setdefault("file:" + quote(name, safe=_URI_PATH_SAFE) if _is_local(path) else path, i)
+        local.setdefault(name, i)
+    decoded = F.url_decode(F.regexp_replace(F.regexp_replace(file_uri, "^file:(//)?", ""), r"\+", "%2B"))
+    return F.coalesce(
+        F.element_at(_literal_map(spelled), file_uri),
+        F.element_at(_literal_map(local), decoded),
+        F.raise_error(F.concat(F.lit("a record's file is none of the inputs: "), file_uri)),
+    )
 
 
-def local_file_path(uri: Column) -> Column:
-    """A per-row decode of Spark's `file:` URIs to the local path (as `_local_path`), for any path."""
-    return F.url_decode(F.regexp_replace(F.regexp_replace(uri, "^file:(//)?", ""), r"\+", "%2B"))
+def _literal_map(values: dict[str, int]) -> Column:
+    return F.create_map(*[x for key, value in values.items() for x in (F.lit(key), F.lit(value))])
 
 
 def _local_path(path: str) -> str:
