@@ -32,6 +32,7 @@ from airflow_odf.odf.format import model
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.operators.base import RUN_EXTRA_KEY
 from tests.airflow_db import fresh_db
+from tests.connections import spark_connect_conn
 from tests.paths import REPO
 
 DAG_ID = "odf_retry_safety"
@@ -232,9 +233,7 @@ class AirflowHome:
         if connect_url is None:
             self.env["AIRFLOW__ODF__DEFAULT_ENGINE"] = "local"
         else:
-            host, port = connect_url.removeprefix("sc://").rsplit(":", 1)
-            connection = {"conn_type": "spark_connect", "host": host, "port": int(port)}
-            self.env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(connection)
+            self.env["AIRFLOW_CONN_SPARK_DEFAULT"] = json.dumps(spark_connect_conn(connect_url))
         fresh_db(root / "home" / "airflow.db")  # what `airflow db migrate` makes, copied
 
     def dag_run(self, repo: Path, data: Path, *, kill: str = "", retry: bool = False) -> Any:

@@ -15,6 +15,7 @@ from airflow_odf.odf.chain.verification import read_record
 from airflow_odf.odf.engine_client.connect_server import free_port
 from airflow_odf.odf.repo.repository import Repository
 from tests.airflow.dag_runs import check_trades_pipeline, load_dag
+from tests.connections import spark_connect_conn
 
 CONNECT_CONN = "odf_connect_test"
 
@@ -106,8 +107,7 @@ def test_warm_engine_dag(odf_repo: Path, connect_url: str, monkeypatch: pytest.M
     from airflow_odf.hooks.spark_engine import SparkConnectEngineRunner
 
     monkeypatch.setenv("AIRFLOW__ODF__DEFAULT_ENGINE", "spark-submit")  # after odf_repo's `local`
-    host, port = connect_url.removeprefix("sc://").rsplit(":", 1)
-    spark_connect_connection(monkeypatch, "spark_connect_default", host=host, port=int(port))
+    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", json.dumps(spark_connect_conn(connect_url)))
     remotes: list[str] = []
     original = SparkConnectEngineRunner.run
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.standalone import VENV_BIN
+from tests.connections import spark_connect_conn
 from tests.sharing.conftest import ACCESS_KEY, REGION, SECRET_KEY, moto_environment
 
 CSV_HEADER = "event_time,id,symbol,price\n"
@@ -197,8 +198,6 @@ def airflow_connections(
 ) -> dict[str, str]:
     """The environment's Airflow connections of a task on the cluster: `spark_conn_id`, a `spark_connect`
     connection to the warm driver (`sc://HOST:PORT`), and `odf_default` on the bucket, s3a on."""
-    host, _, port = warm_engine.removeprefix("sc://").partition(":")
-    spark = {"conn_type": "spark_connect", "host": host, "port": int(port)}
     odf = {
         "conn_type": "odf_repo",
         "host": repository,
@@ -212,6 +211,6 @@ def airflow_connections(
         },
     }
     return {
-        f"AIRFLOW_CONN_{spark_conn_id.upper()}": json.dumps(spark),
+        f"AIRFLOW_CONN_{spark_conn_id.upper()}": json.dumps(spark_connect_conn(warm_engine)),
         "AIRFLOW_CONN_ODF_DEFAULT": json.dumps(odf),
     }

@@ -31,6 +31,7 @@ from airflow_odf.odf.format.manifests import read_single
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
 from airflow_odf.odf.repo.repository import Repository
+from tests.connections import spark_connect_conn
 
 ODF = Path(sys.executable).parent / "odf"
 SENSORS = Path(__file__).parents[2] / "dags_examples" / "manifests" / "com.example.sensors.yaml"
@@ -281,9 +282,8 @@ def test_the_token_as_password_of_a_spark_connect_connection(
 ) -> None:
     from airflow_odf.hooks.spark_engine import SparkConnectEngineRunner
 
-    host, port = token_server.url.removeprefix("sc://").rsplit(":", 1)
     for conn_id, password in (("odf_token_right", TOKEN), ("odf_token_wrong", "not-the-token")):
-        connection = {"conn_type": "spark_connect", "host": host, "port": int(port), "password": password}
+        connection = spark_connect_conn(token_server.url, password=password)
         monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps(connection))
     data = tmp_path / "s.ndjson"
     data.write_text(READING)
