@@ -24,7 +24,7 @@ from airflow_odf.engine.errors import ENGINE_STOPPED, EngineInputError, EngineSt
 from airflow_odf.engine.executor_sight import require_executors_see
 from airflow_odf.engine.ingest_job import ingest, locate_bad_records
 from airflow_odf.engine.py4j_errors import Py4JJavaError
-from airflow_odf.engine.readers import BAD_RECORD_MARK
+from airflow_odf.engine.readers import met_broken_record
 from airflow_odf.engine.session import context_stopped, get_session, request_frames
 from airflow_odf.engine.spark_errors import CONTEXT_STOPPED, engine_stopped
 from airflow_odf.utils.parent_death import die_with_parent
@@ -42,6 +42,7 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
     """Executes an ingest, transform, infer, compact or query request (`kind`); returns the response,
     `error` set on bad input, on a cluster whose executors cannot see the request's local folder, or
     (kind `engine-stopped`) when the engine stopped under the request."""
+    handler = _handler(request.get("kind"))
     # the job's persisted frames (read input, sorted output) are unpersisted at its end
     with request_frames():
         try:
@@ -50,7 +51,7 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
                     "contract", f"request version {request.get('version')!r}, expected {CONTRACT_VERSION}"
                 )
             require_executors_see(spark, request)
-            response = _handler(request.get("kind"))(spark, request)
+            response = handler(spark, request)
         except EngineInputError as e:
             response = {"error": {"kind": e.kind, "message": e.message}}
         except EngineStoppedError as e:
@@ -59,7 +60,7 @@ def run_request(spark: SparkSession, request: dict[str, Any]) -> dict[str, Any]:
             stopped = engine_stopped(e)
             if stopped is not None:
                 response = _stopped(stopped)
-            elif BAD_RECORD_MARK in str(e):
+            elif handler is ingest and met_broken_record(e):
                 response = locate_bad_records(spark, request) or _engine_error(e)
             else:
                 response = _engine_error(e)

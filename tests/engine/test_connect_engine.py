@@ -35,6 +35,7 @@ from airflow_odf.odf.format.timestamps import Timestamp
 from airflow_odf.odf.hashing.parquet_hashes import logical_hash_of_parquet
 from airflow_odf.odf.ingest.options import IngestOptions
 from airflow_odf.odf.ingest.push import push_ingest
+from airflow_odf.odf.operation import IngestError
 from airflow_odf.odf.repo.repository import Repository
 from airflow_odf.odf.transform.execute import TransformOptions, run_transform
 from airflow_odf.odf.transform.verify import verify_reproducibility
@@ -279,6 +280,41 @@ def test_four_ingests_at_once_on_one_server(connect_url: str, tmp_path: Path) ->
             (5, 0, "C", 30 + n, name),
         ], name
         assert verify_integrity(dataset) == []
+
+
+def test_a_row_of_the_wrong_width_fails_naming_its_line_on_both_engines(
+    connect_url: str, tmp_path: Path
+) -> None:
+    """The check is deferred into the write (a FAILFAST read): every row's width is checked against all the
+    declared columns even where the preprocess query drops some, as the full check does; a value is
+    parsed where a query uses it (as in the reference, whose reader decodes the columns the query uses)."""
+    read = model.ReadStepCsv(header=True, ddl_schema=["city STRING", "population BIGINT"])
+    source = model.AddPushSource(
+        source_name="default",
+        read=read,
+        preprocess=model.TransformSql(engine="spark", query="SELECT city FROM input"),
+        merge=model.MergeStrategyAppend(),
+    )
+    short, unused = tmp_path / "short.csv", tmp_path / "unused.csv"
+    short.write_text("city,population\nA,1\nB\nC,3\n")
+    unused.write_text("city,population\nA,1\nB,lots\nC,3\n")
+    for engine in (LocalSparkRunner("local[2]"), SparkConnectRunner(connect_url)):
+        name = type(engine).__name__
+        repo = Repository.init(tmp_path / name)
+        repo.add(
+            model.DatasetSnapshot(name="cities", kind=model.DatasetKind.ROOT, metadata=[source]),
+            system_time=T0,
+        )
+        dataset = repo.dataset("cities")
+        head = dataset.head()
+        options = IngestOptions(work_dir=tmp_path / "work")
+        with pytest.raises(IngestError) as err:
+            push_ingest(dataset, "cities", engine, [short], options, event_time=_t(1), system_time=_t(1))
+        assert err.value.kind == "bad-input", name
+        assert f"{short}, line 3: malformed record" in str(err.value) and "'B'" in str(err.value), name
+        assert dataset.head() == head and list(dataset.store.list("data")) == []
+        push_ingest(dataset, "cities", engine, [unused], options, event_time=_t(1), system_time=_t(1))
+        assert [(r["offset"], r["city"]) for r in _records(dataset)] == [(0, "A"), (1, "B"), (2, "C")], name
 
 
 def _unused_port() -> int:
