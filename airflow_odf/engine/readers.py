@@ -11,8 +11,9 @@ Text formats are read PERMISSIVE with a corrupt-record column. The ingest job de
 record raises an error as the job consumes it (no extra pass), and only then are the inputs read again
 with the full check — the parsed frame persisted and its broken rows counted — and the files scanned in
 Python to give each broken record its line number. Quarantine always takes the full check. A deferred
-CSV read is FAILFAST with every column parsed: the same records fail as under the full check, without
-carrying a corrupt-record column through the job (a twentieth of a CSV -> Parquet job's time).
+CSV read is FAILFAST, each row's width checked against every declared column: it fails on the records
+the corrupt-record column would flag, without carrying that column through the job (a twentieth of a
+CSV -> Parquet job's time); a value is parsed where a query uses it.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ _PLACEHOLDER = "__odf_placeholder"
 _INTERNAL_COLUMNS = (CORRUPT_COLUMN, _FILE_COLUMN, _PLACEHOLDER)
 LINE_FORMATS = ("Csv", "NdJson")  # a record is a line: the file of each record is known after the read
 _PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": CORRUPT_COLUMN}  # keep broken rows
-# fail at the first broken record, checking every column even where a later projection drops it
+# fail at the first broken record; each row's width checked even where a later projection drops columns
 _FAILFAST = {"mode": "FAILFAST", "columnPruning": False}
 _GEOMETRY = "geometry"
 _ERROR_SAMPLE = 100  # broken records located to name the first one in an error
