@@ -210,14 +210,14 @@ def cmd_engine_serve(args: argparse.Namespace) -> None:
     try:
         url = server.start(cancel=stop)
         if not stop.is_set():
-            print(url, flush=True)
-            if token:
+            if token:  # logged before the URL is out: whoever reads the URL finds the hint in the log
                 print(
                     f"clients must send the server's token: {url}/;token=TOKEN, or the password of the "
                     "spark_connect connection",
                     file=sys.stderr,
                     flush=True,
                 )
+            print(url, flush=True)
         while not stop.wait(0.5):
             code = server.exit_code()
             if code is not None:
