@@ -107,7 +107,7 @@ def test_warm_engine_dag(odf_repo: Path, connect_url: str, monkeypatch: pytest.M
     from airflow_odf.hooks.spark_engine import SparkConnectEngineRunner
 
     monkeypatch.setenv("AIRFLOW__ODF__DEFAULT_ENGINE", "spark-submit")  # after odf_repo's `local`
-    monkeypatch.setenv("AIRFLOW_CONN_SPARK_CONNECT_DEFAULT", json.dumps(spark_connect_conn(connect_url)))
+    spark_connect_connection(monkeypatch, "spark_connect_default", **spark_connect_conn(connect_url))
     remotes: list[str] = []
     original = SparkConnectEngineRunner.run
 
